@@ -1,0 +1,1 @@
+"""The ``apcir`` command line."""

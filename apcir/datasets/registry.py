@@ -1,0 +1,97 @@
+"""Bundled datasets by name; any name may also be a path to a file.
+
+Topics live in ``apcir/datasets/topics/``, collections in
+``apcir/datasets/collections/`` and qrels in the repository's ``qrels/`` folder
+(shipped inside the wheel as ``apcir/datasets/qrels/``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from apcir.errors import ApcirError
+
+_HERE = Path(__file__).resolve().parent
+_REPO_QRELS = _HERE.parent.parent / "qrels"
+
+
+@dataclass(frozen=True)
+class BundledDataset:
+    name: str
+    description: str
+    source: str
+
+
+TOPICS: dict[str, BundledDataset] = {
+    "ikat23-train": BundledDataset("ikat23-train", "iKAT 2023 train conversations", "irlabamsterdam/iKAT (MIT)"),
+    "ikat23-test": BundledDataset("ikat23-test", "iKAT 2023 test conversations", "irlabamsterdam/iKAT (MIT)"),
+    "ikat24-test": BundledDataset("ikat24-test", "iKAT 2024 test conversations", "irlabamsterdam/iKAT (MIT)"),
+    "ikat25-test": BundledDataset("ikat25-test", "iKAT 2025 test conversations", "irlabamsterdam/iKAT (MIT)"),
+}
+
+QRELS: dict[str, BundledDataset] = {
+    "ikat23-test": BundledDataset("ikat23-test", "iKAT 2023 passage qrels, grades 0-4", "NIST, TREC iKAT 2023"),
+    "ikat24-test": BundledDataset("ikat24-test", "iKAT 2024 passage qrels, grades 0-4", "NIST, TREC iKAT 2024"),
+    "ikat23-test-ptkb": BundledDataset(
+        "ikat23-test-ptkb", "iKAT 2023 PTKB-statement qrels, grades 0/1", "irlabamsterdam/iKAT (MIT)"
+    ),
+}
+
+COLLECTIONS: dict[str, BundledDataset] = {
+    "ikat23-provenance": BundledDataset(
+        "ikat23-provenance",
+        "the 894 ClueWeb22 passages cited as provenance in the iKAT 2023 train and test topics",
+        "irlabamsterdam/iKAT (MIT)",
+    ),
+}
+
+
+def _looks_like_path(value: str) -> bool:
+    return "/" in value or "\\" in value or Path(value).suffix != "" or Path(value).exists()
+
+
+def _resolve(
+    value: str | Path, known: dict[str, BundledDataset], kind: str, locate: Callable[[str], Path]
+) -> Path:
+    text = str(value)
+    if text in known:
+        return locate(text)
+    if _looks_like_path(text):
+        path = Path(text).expanduser()
+        if not path.exists():
+            raise ApcirError(f"{kind} file not found", path=path)
+        return path
+    raise ApcirError(f"unknown {kind} {text!r}: expected one of {', '.join(sorted(known))} or a path to a file")
+
+
+def _topics_file(name: str) -> Path:
+    return _HERE / "topics" / f"{name}.json"
+
+
+def _qrels_file(name: str) -> Path:
+    for folder in (_HERE / "qrels", _REPO_QRELS):
+        candidate = folder / f"{name}.qrels"
+        if candidate.exists():
+            return candidate
+    raise ApcirError(f"bundled qrels {name!r} are missing from this installation (looked in {_HERE / 'qrels'})")
+
+
+def _collection_file(name: str) -> Path:
+    return _HERE / "collections" / f"{name}.jsonl"
+
+
+def topics_path(value: str | Path) -> Path:
+    """Path of bundled topics by name, or the given path."""
+    return _resolve(value, TOPICS, "topic set", _topics_file)
+
+
+def qrels_path(value: str | Path) -> Path:
+    """Path of bundled qrels by name, or the given path."""
+    return _resolve(value, QRELS, "qrels", _qrels_file)
+
+
+def collection_path(value: str | Path) -> Path:
+    """Path of a bundled collection by name, or the given path."""
+    return _resolve(value, COLLECTIONS, "collection", _collection_file)

@@ -1,0 +1,1 @@
+"""Run files and submission formats."""

@@ -1,0 +1,45 @@
+"""Turn identifiers.
+
+iKAT qrels and the official submission format use ``<conversation>_<turn>``
+(``9-1_3``, ``0_8``); many tools write ``9-1-3``. The canonical form in apcir
+is the official one. Conversation ids themselves may contain ``-`` (``9-1``),
+so the dashed form is split at its last dash.
+"""
+
+from __future__ import annotations
+
+import re
+
+from apcir.errors import ApcirError
+
+_CANONICAL = re.compile(r"^(?P<conv>[A-Za-z0-9-]+)_(?P<turn>\d+)$")
+_DASHED = re.compile(r"^(?P<conv>[A-Za-z0-9-]+)-(?P<turn>\d+)$")
+
+
+def make_turn_id(conversation_id: str | int, turn_number: str | int) -> str:
+    """The canonical turn id of a conversation and a turn number."""
+    return f"{conversation_id}_{turn_number}"
+
+
+def split_turn_id(turn_id: str) -> tuple[str, int]:
+    """``(conversation_id, turn_number)`` of a canonical or dashed turn id."""
+    text = str(turn_id).strip()
+    match = _CANONICAL.match(text) or _DASHED.match(text)
+    if match is None:
+        raise ApcirError(
+            f"turn id {turn_id!r} is not of the form <conversation>_<turn> (9-1_3) "
+            "or <conversation>-<turn> (9-1-3)"
+        )
+    return match["conv"], int(match["turn"])
+
+
+def canonical_turn_id(turn_id: str) -> str:
+    """``9-1-3`` and ``9-1_3`` both become ``9-1_3``."""
+    conv, turn = split_turn_id(turn_id)
+    return make_turn_id(conv, turn)
+
+
+def dashed_turn_id(turn_id: str) -> str:
+    """``9-1_3`` and ``9-1-3`` both become ``9-1-3``."""
+    conv, turn = split_turn_id(turn_id)
+    return f"{conv}-{turn}"

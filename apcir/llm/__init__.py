@@ -1,0 +1,1 @@
+"""The LLM stage: one call per turn for the personalisation level and three reformulations."""
