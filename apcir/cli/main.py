@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import sys
 
 import typer
 
+import apcir.cli
+
 from apcir import __version__
-from apcir.cli import data_commands, eval_commands
 from apcir.cli.common import err_console
 from apcir.errors import ApcirError
 
@@ -19,8 +22,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for module in (data_commands, eval_commands):
-    module.register(app)
+# Each area of the CLI is a module apcir/cli/<area>_commands.py with a register(app) function.
+for info in sorted(pkgutil.iter_modules(apcir.cli.__path__), key=lambda m: m.name):
+    if info.name.endswith("_commands"):
+        importlib.import_module(f"apcir.cli.{info.name}").register(app)
 
 
 def _version(value: bool) -> None:

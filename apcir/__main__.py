@@ -1,0 +1,3 @@
+from apcir.cli.main import main
+
+main()
