@@ -1,0 +1,29 @@
+"""``apcir report``: paper-style tables and plots from run directories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from apcir.cli.common import console
+from apcir.evaluation.report import write_report
+from apcir.evaluation.results import read_metrics
+
+
+def report_command(
+    run_dirs: list[Path] = typer.Argument(..., help="One or more run directories written by `apcir run`."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Report folder (default RUN_DIR/report, or runs/report)."),
+    baseline: str | None = typer.Option(
+        None, "--baseline", "-b", help="System the significance tests compare against (default: the config's)."
+    ),
+) -> None:
+    """Write report.md and PNG plots in the layout of the APCIR paper's tables."""
+    runs = [read_metrics(d) for d in run_dirs]
+    target = out or (run_dirs[0] / "report" if len(run_dirs) == 1 else Path("runs") / "report")
+    path = write_report(runs, target, baseline)
+    console.print(f"report written to {path}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(report_command)

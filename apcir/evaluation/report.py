@@ -1,0 +1,159 @@
+"""Markdown and PNG reports in the layout of the APCIR paper's tables.
+
+Table 1 (overall), Table 2 (weight identification), Table 4 (fusion
+strategies), Table 5 (LLM levels against the annotators' PTKB provenance) and
+Table 6 (nDCG@3 per level), with paired t-tests (Bonferroni) against a named
+baseline: ``†`` marks a significant improvement, ``↓`` a significant loss.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from apcir.evaluation.results import GROUPS, RunMetrics
+from apcir.evaluation.significance import Comparison, paired_t_tests
+
+LEVEL_NAMES = {"a": "a (none)", "b": "b (bonus)", "c": "c (indispensable)"}
+
+
+def _qualified(runs: list[RunMetrics]) -> dict[str, tuple[RunMetrics, str]]:
+    """System keys, prefixed with the run name when several runs are reported together."""
+    keys: dict[str, tuple[RunMetrics, str]] = {}
+    for run in runs:
+        for system in run.systems:
+            key = system if len(runs) == 1 else f"{run.name}/{system}"
+            keys[key] = (run, system)
+    return keys
+
+
+def metric_table(runs: list[RunMetrics], group: str, baseline: str | None) -> str:
+    """A Markdown table of the systems in ``group`` with significance markers against ``baseline``."""
+    measures = runs[0].measures
+    keys = {k: v for k, v in _qualified(runs).items() if group in v[0].systems[v[1]].groups}
+    if not keys:
+        return "_no system in this group_\n"
+    markers: dict[tuple[str, str], Comparison] = {}
+    base_key = None
+    if baseline is not None:
+        for run in runs:
+            if baseline in run.systems:
+                candidates = {k: v for k, v in keys.items() if v[0] is run}
+                per_turn = {k: run.systems[s].per_turn for k, (_, s) in candidates.items()}
+                base_key = baseline if len(runs) == 1 else f"{run.name}/{baseline}"
+                per_turn[base_key] = run.systems[baseline].per_turn
+                for comparison in paired_t_tests(per_turn, base_key, measures):
+                    markers[(comparison.system, comparison.measure)] = comparison
+    lines = ["| system | " + " | ".join(measures) + " |", "|---" * (len(measures) + 1) + "|"]
+    for key, (run, system) in keys.items():
+        result = run.systems[system]
+        label = result.label + (" (tuned on test)" if result.tuned_on_test else "")
+        if len(runs) > 1:
+            label = f"{run.name}: {label}"
+        if key == base_key:
+            label += " (baseline)"
+        cells = []
+        for measure in measures:
+            comparison = markers.get((key, measure))
+            marker = comparison.marker if comparison else ""
+            cells.append(f"{100 * result.means[measure]:.1f}{marker}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def level_table(runs: list[RunMetrics], measure: str = "nDCG@3") -> str:
+    """Table 6: ``measure`` per LLM level for every system."""
+    lines = ["| system | " + " | ".join(LEVEL_NAMES.values()) + " | all |", "|---" * 5 + "|"]
+    for key, (run, system) in _qualified(runs).items():
+        result = run.systems[system]
+        if measure not in run.measures:
+            continue
+        cells = []
+        for level in LEVEL_NAMES:
+            values = [v[measure] for t, v in result.per_turn.items() if t in run.turns and run.turns[t].level == level]
+            cells.append(f"{100 * sum(values) / len(values):.1f} (n={len(values)})" if values else "-")
+        lines.append(f"| {key} | " + " | ".join(cells) + f" | {100 * result.means[measure]:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def agreement_table(run: RunMetrics) -> str:
+    """Table 5: LLM levels against the annotators' PTKB provenance (personalised = some statement relevant)."""
+    counts = Counter((info.level, info.human_personalised) for info in run.turns.values() if info.level)
+    lines = [
+        "| LLM level | turns | annotators: personalised | annotators: not | agreement |",
+        "|---|---|---|---|---|",
+    ]
+    for level, label in LEVEL_NAMES.items():
+        yes, no = counts[(level, True)], counts[(level, False)]
+        total = yes + no
+        agree = (no if level == "a" else yes) / total if total else 0.0
+        lines.append(f"| {label} | {total} | {yes} | {no} | {100 * agree:.1f}% |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_levels(runs: list[RunMetrics], out: Path, measure: str = "nDCG@3") -> list[Path]:
+    """PNG plots: level distribution and ``measure`` per level; returns the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for run in runs:
+        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+        levels = list(LEVEL_NAMES)
+        personalised = [sum(1 for i in run.turns.values() if i.level == lv and i.human_personalised) for lv in levels]
+        neutral = [sum(1 for i in run.turns.values() if i.level == lv and not i.human_personalised) for lv in levels]
+        left.bar(levels, personalised, label="annotators: personalised")
+        left.bar(levels, neutral, bottom=personalised, label="annotators: not")
+        left.set_title("Turns per LLM level")
+        left.legend()
+        systems = [s for s in run.systems if measure in run.systems[s].means]
+        width = 0.8 / max(len(systems), 1)
+        for n, system in enumerate(systems):
+            per_turn = run.systems[system].per_turn
+            values = []
+            for level in levels:
+                vals = [v[measure] for t, v in per_turn.items() if t in run.turns and run.turns[t].level == level]
+                values.append(sum(vals) / len(vals) if vals else 0.0)
+            right.bar([i + n * width for i in range(3)], values, width=width, label=run.systems[system].label)
+        right.set_xticks([i + 0.4 - width / 2 for i in range(3)], levels)
+        right.set_title(f"{measure} per level")
+        right.legend(fontsize=6)
+        fig.suptitle(run.name)
+        fig.tight_layout()
+        path = out / f"{run.name}-levels.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def write_report(runs: list[RunMetrics], out: Path, baseline: str | None = None) -> Path:
+    """Write ``report.md`` (and PNG plots) into ``out``; returns the Markdown file."""
+    out.mkdir(parents=True, exist_ok=True)
+    baseline = baseline or runs[0].baseline
+    parts = ["# apcir report", ""]
+    for run in runs:
+        parts.append(
+            f"- **{run.name}**: topics `{run.topics}`, qrels `{run.qrels}`, weights: {run.protocol}; "
+            f"binary relevance at grade >= {run.rel_threshold}; "
+            + ("judged turns missing from a run count as 0." if run.complete else "mean over evaluated turns.")
+        )
+    parts += [
+        "",
+        f"Numbers are trec_eval's x100. `†`/`↓`: significantly better/worse than `{baseline}` "
+        "(paired t-test, p < 0.05, Bonferroni-corrected over the systems of the table).",
+        "",
+    ]
+    for group, title in GROUPS.items():
+        parts += [f"## {title}", "", metric_table(runs, group, baseline)]
+    parts += ["## Table 5: LLM levels against the annotators' PTKB provenance", ""]
+    for run in runs:
+        parts += [f"**{run.name}**", "", agreement_table(run)]
+    parts += ["## Table 6: nDCG@3 per personalisation level", "", level_table(runs)]
+    for path in plot_levels(runs, out):
+        parts += [f"![{path.stem}]({path.name})", ""]
+    report = out / "report.md"
+    report.write_text("\n".join(parts), encoding="utf-8")
+    return report

@@ -1,0 +1,49 @@
+import random
+
+from apcir.evaluation.report import agreement_table, level_table, metric_table, write_report
+from apcir.evaluation.results import RunMetrics, SystemResult, TurnInfo, read_metrics, write_metrics
+
+
+def make_run(name="r1"):
+    rng = random.Random(0)
+    turns = {f"1_{i}": TurnInfo(level="abc"[i % 3], human_personalised=i % 3 != 0 or i == 3) for i in range(40)}
+    def system(label, groups, shift):
+        per_turn = {t: {"MRR": min(1.0, rng.random() * 0.3 + shift), "nDCG@3": rng.random() * 0.3 + shift} for t in turns}
+        means = {m: sum(v[m] for v in per_turn.values()) / len(per_turn) for m in ("MRR", "nDCG@3")}
+        return SystemResult(label=label, groups=groups, means=means, per_turn=per_turn)
+    return RunMetrics(
+        name=name, topics="ikat23-test", qrels="q", measures=["MRR", "nDCG@3"], rel_threshold=1, complete=False,
+        protocol="5-fold CV", turns=turns,
+        systems={
+            "apcir": system("APCIR", ["overall", "weights", "fusion"], 0.6),
+            "no-personalisation": system("No personalisation", ["weights"], 0.1),
+            "rrf": system("RRF", ["fusion"], 0.1),
+        },
+    )
+
+
+def test_tables_carry_markers_and_levels(tmp_path):
+    run = make_run()
+    table = metric_table([run], "weights", "no-personalisation")
+    rows = table.splitlines()
+    assert rows[0] == "| system | MRR | nDCG@3 |"
+    apcir_row = next(r for r in rows if r.startswith("| APCIR"))
+    assert apcir_row.count("†") == 2, "a large paired improvement is marked on both measures"
+    assert "(baseline)" in next(r for r in rows if r.startswith("| No personalisation"))
+    agreement = agreement_table(run).splitlines()
+    # level a: turns 0,3,6,...,39 (14 turns), only turn 3 personalised
+    assert agreement[2] == "| a (none) | 14 | 1 | 13 | 92.9% |"
+    levels = level_table([run])
+    assert "(n=14)" in levels and "(n=13)" in levels
+
+
+def test_write_report_round_trip(tmp_path):
+    run = make_run()
+    write_metrics(run, tmp_path)
+    assert read_metrics(tmp_path) == run
+    report = write_report([read_metrics(tmp_path)], tmp_path / "report")
+    text = report.read_text()
+    for title in ("Table 1", "Table 2", "Table 4", "Table 5", "Table 6"):
+        assert title in text
+    png = tmp_path / "report" / "r1-levels.png"
+    assert png.exists() and png.read_bytes()[:4] == b"\x89PNG"
