@@ -52,10 +52,11 @@ class ReformulationRecord(BaseModel):
     status: Literal["ok", "failed"] = "ok"
     output: ReformulationOutput | None = None
     error: str | None = None
-    raw: str | None = Field(None, description="the raw answer, kept when it could not be parsed")
+    raw: str | None = Field(default=None, description="the raw answer, kept when it could not be parsed")
     seconds: float = 0.0
     usage: Usage = Field(default_factory=Usage)
     demonstrations: list[str] = Field(default_factory=list, description="turn ids used as few-shot demonstrations")
+    cached: bool = Field(default=False, description="the answer came from the LLM cache (no request sent)")
 
     def list_inputs(self) -> dict[str, tuple[str, str | None]]:
         """The three retrieval inputs as (query, response-or-None), keyed by :data:`LIST_NAMES`.

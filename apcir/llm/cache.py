@@ -1,0 +1,80 @@
+"""Content-addressed cache of LLM answers.
+
+The key is the SHA-256 of (model, messages, generation parameters); the value
+is the validated answer text and the token usage of the call that produced it.
+One file per key under ``<dir>/<2 hex>/<key>.json``, written to a temporary
+file in the same folder and moved into place with :func:`os.replace`, so two
+processes writing the same key never leave a torn file (the last one wins and
+both wrote the same answer). The base URL and the API key are not part of the
+key and never stored: the same model name behind another server is assumed to
+be the same model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from apcir.llm.schema import Usage
+
+CACHE_ENV = "APCIR_CACHE_DIR"
+
+
+def default_cache_dir() -> Path:
+    """``$APCIR_CACHE_DIR``, else ``$XDG_CACHE_HOME/apcir/llm``, else ``~/.cache/apcir/llm``."""
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "apcir" / "llm"
+
+
+def cache_key(model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> str:
+    payload = {"model": model, "messages": messages, "params": params}
+    text = json.dumps(payload, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class CachedAnswer(BaseModel):
+    key: str
+    model: str
+    content: str
+    usage: Usage = Usage()
+
+
+class ResponseCache:
+    """Answers on disk by content hash; unreadable entries count as misses."""
+
+    def __init__(self, directory: Path):
+        self.directory = Path(directory)
+
+    def path(self, key: str) -> Path:
+        return self.directory / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> CachedAnswer | None:
+        try:
+            text = self.path(key).read_text(encoding="utf-8")
+            answer = CachedAnswer.model_validate_json(text)
+        except (FileNotFoundError, ValidationError, UnicodeDecodeError, OSError):
+            return None
+        return answer if answer.key == key else None
+
+    def put(self, answer: CachedAnswer) -> None:
+        target = self.path(answer.key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=target.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(answer.model_dump_json())
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise

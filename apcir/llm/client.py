@@ -1,0 +1,265 @@
+"""An async chat client on the official ``openai`` package.
+
+Works with any server speaking OpenAI's chat-completions protocol (OpenAI,
+Azure's OpenAI-compatible endpoint, vLLM, Ollama, llama.cpp): the base URL and
+key come from the options, else ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``.
+
+* at most ``concurrency`` requests are in flight at once (a semaphore);
+* 429, 5xx, timeouts and connection errors are retried with exponential
+  backoff (``Retry-After`` honoured up to the maximum delay); the openai
+  package's own retries are switched off so every request is counted here;
+* 401/403 stop the whole run with :class:`LLMAuthError`, 404 (unknown model
+  or wrong base URL) with :class:`LLMFatalError`; other 4xx fail the turn;
+* structured output: ``json_schema`` (strict schema), ``json_object`` or
+  ``none`` (JSON asked for in the prompt only, parsed and validated either
+  way). ``auto`` starts with ``json_schema`` and steps down for the rest of the
+  run when the server answers 400 about ``response_format``.
+
+The API key is handed to the openai client and nowhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+from apcir.errors import ApcirError
+from apcir.llm.accounting import Accounting
+
+StructuredMode = Literal["auto", "json_schema", "json_object", "none"]
+STRUCTURED_MODES: tuple[str, ...] = ("auto", "json_schema", "json_object", "none")
+_FALLBACK: dict[str, str] = {"json_schema": "json_object", "json_object": "none"}
+
+
+class LLMFatalError(ApcirError):
+    """An error that no other turn can avoid either (stops the run)."""
+
+
+class LLMAuthError(LLMFatalError):
+    """The server refused the credentials (401/403)."""
+
+
+class LLMRequestError(Exception):
+    """One turn's request failed for good (retries exhausted or a non-retryable 4xx)."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff: ``base_delay * 2**attempt`` (capped, with jitter), ``max_retries`` times."""
+
+    max_retries: int = 6
+    base_delay: float = 1.0
+    max_delay: float = 60.0
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        if retry_after is not None and retry_after >= 0:
+            return min(retry_after, self.max_delay)
+        wait = min(self.max_delay, self.base_delay * (2**attempt))
+        return wait * (0.5 + random.random() / 2)
+
+
+@dataclass(frozen=True)
+class Completion:
+    content: str
+    input_tokens: int | None
+    output_tokens: int | None
+    requests: int
+    seconds: float
+
+
+def resolve_api_key(api_key: str | None, base_url: str | None) -> str:
+    """The key to use; a clear error when talking to OpenAI without one.
+
+    A custom base URL (vLLM, Ollama, llama.cpp) often needs no key; the openai
+    package still wants a non-empty string, so a placeholder is sent.
+    """
+    key = api_key or os.environ.get("OPENAI_API_KEY")
+    if key:
+        return key
+    if base_url or os.environ.get("OPENAI_BASE_URL"):
+        return "no-key"
+    raise ApcirError(
+        "no API key: set OPENAI_API_KEY (or pass --base-url for a local server such as vLLM or Ollama); "
+        "the offline reformulators --llm manual and --llm heuristic need none"
+    )
+
+
+def _retry_after(exc: Exception) -> float | None:
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if headers is None:
+        return None
+    value = headers.get("retry-after")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+class ChatClient:
+    """Sends chat requests with bounded concurrency, retries and structured-output fallback."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        concurrency: int = 8,
+        timeout: float = 120.0,
+        retry: RetryPolicy | None = None,
+        structured: StructuredMode = "auto",
+        accounting: Accounting | None = None,
+    ):
+        if concurrency < 1:
+            raise ApcirError(f"concurrency must be at least 1, got {concurrency}")
+        if structured not in STRUCTURED_MODES:
+            raise ApcirError(
+                f"unknown structured-output mode {structured!r}: expected one of {STRUCTURED_MODES}"
+            )
+        from openai import AsyncOpenAI
+
+        self.model = model
+        self.retry = retry or RetryPolicy()
+        self.accounting = accounting or Accounting()
+        self.mode: str = "json_schema" if structured == "auto" else structured
+        self._auto = structured == "auto"
+        self._semaphore = asyncio.Semaphore(concurrency)
+        key = resolve_api_key(api_key, base_url)
+        self._scrub_key = key
+        self._client = AsyncOpenAI(
+            api_key=key,
+            base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None,
+            timeout=timeout,
+            max_retries=0,
+        )
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    def _response_format(self, mode: str, schema: dict[str, Any]) -> dict[str, Any] | None:
+        if mode == "json_schema":
+            return {
+                "type": "json_schema",
+                "json_schema": {"name": "apcir_reformulation", "strict": True, "schema": schema},
+            }
+        if mode == "json_object":
+            return {"type": "json_object"}
+        return None
+
+    async def complete(
+        self, messages: list[dict[str, str]], params: dict[str, Any], schema: dict[str, Any]
+    ) -> Completion:
+        """One answer for ``messages``; raises LLMRequestError or LLMFatalError."""
+        import openai
+
+        requests = 0
+        attempt = 0
+        total = 0.0
+        while True:
+            async with self._semaphore:
+                mode = (
+                    self.mode
+                )  # read inside the slot: a fallback decided meanwhile applies at once
+                kwargs: dict[str, Any] = dict(params)
+                response_format = self._response_format(mode, schema)
+                if response_format is not None:
+                    kwargs["response_format"] = response_format
+                started = time.perf_counter()
+                try:
+                    response = await self._client.chat.completions.create(
+                        model=self.model,
+                        messages=cast(Any, messages),
+                        **kwargs,
+                    )
+                    error: Exception | None = None
+                except openai.APIError as exc:
+                    error = exc
+                seconds = time.perf_counter() - started
+            requests += 1
+            total += seconds
+            if error is None:
+                usage = response.usage
+                input_tokens = usage.prompt_tokens if usage is not None else None
+                output_tokens = usage.completion_tokens if usage is not None else None
+                self.accounting.request(self.model, seconds, input_tokens, output_tokens)
+                choice = response.choices[0] if response.choices else None
+                content = (choice.message.content if choice is not None else None) or ""
+                return Completion(content, input_tokens, output_tokens, requests, total)
+            self.accounting.failed_request(self.model, seconds)
+            if self._should_fall_back(error, mode):
+                continue
+            if self._retryable(error) and attempt < self.retry.max_retries:
+                self.accounting.retry(self.model)
+                await asyncio.sleep(self.retry.delay(attempt, _retry_after(error)))
+                attempt += 1
+                continue
+            raise self._final_error(error, attempt)
+
+    def _should_fall_back(self, error: Exception, mode: str) -> bool:
+        import openai
+
+        if not (self._auto and isinstance(error, openai.BadRequestError) and mode in _FALLBACK):
+            return False
+        text = f"{error.message} {error.body}".lower()
+        if (
+            "response_format" not in text
+            and "json_schema" not in text
+            and "json_object" not in text
+        ):
+            return False
+        if self.mode == mode:  # several turns may hit this at once; step down one level only
+            self.mode = _FALLBACK[mode]
+        return True
+
+    @staticmethod
+    def _retryable(error: Exception) -> bool:
+        import openai
+
+        if isinstance(error, openai.APIConnectionError):  # includes APITimeoutError
+            return True
+        if isinstance(error, openai.APIStatusError):
+            return error.status_code == 429 or error.status_code == 408 or error.status_code >= 500
+        return False
+
+    def _final_error(self, error: Exception, attempt: int) -> Exception:
+        import openai
+
+        def _short(exc: Exception) -> str:
+            return _scrub(_short_text(exc), self._scrub_key)
+
+        if isinstance(error, (openai.AuthenticationError, openai.PermissionDeniedError)):
+            return LLMAuthError(
+                f"the server refused the API key (HTTP {error.status_code}: {_short(error)}); check "
+                "OPENAI_API_KEY (or the key your --base-url server expects); no turn was sent after this"
+            )
+        if isinstance(error, openai.NotFoundError):
+            return LLMFatalError(
+                f"HTTP 404 for model {self.model!r} ({_short(error)}); check --llm and --base-url"
+            )
+        if isinstance(error, openai.APIStatusError):
+            tries = f" after {attempt} retries" if attempt else ""
+            return LLMRequestError(f"HTTP {error.status_code}{tries}: {_short(error)}")
+        tries = f" after {attempt} retries" if attempt else ""
+        return LLMRequestError(f"{type(error).__name__}{tries}: {_short(error)}")
+
+
+_KEY_LIKE = re.compile(r"\b(sk|key)-[A-Za-z0-9_*\-]{4,}")
+
+
+def _scrub(text: str, key: str) -> str:
+    """``text`` without the API key or anything shaped like one (servers echo masked keys)."""
+    if key:
+        text = text.replace(key, "***")
+    return _KEY_LIKE.sub(r"\1-***", text)
+
+
+def _short_text(error: Exception, limit: int = 300) -> str:
+    text = getattr(error, "message", None) or str(error)
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit] + "..."
