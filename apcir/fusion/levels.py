@@ -1,0 +1,93 @@
+"""Per-turn personalisation levels, from a TSV or from the reformulations JSONL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from apcir.errors import ApcirError
+from apcir.ids import canonical_turn_id
+from apcir.llm.schema import LEVELS, load_reformulations
+
+
+def load_levels(path: str | Path) -> dict[str, str]:
+    """``turn_id -> level`` from ``turn_id<TAB>level`` lines or a reformulations ``.jsonl``.
+
+    A JSONL file is read with :func:`apcir.llm.schema.load_reformulations`;
+    a failed record has no level and is an error naming the turns (the fusion
+    cannot pick weights for them). In a TSV, blank lines and lines starting
+    with ``#`` are skipped, and a header line ``turn_id<TAB>level`` is allowed.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ApcirError("levels file not found", path=path)
+    if path.suffix in {".jsonl", ".json"}:
+        return _from_reformulations(path)
+    return _from_tsv(path)
+
+
+def _from_reformulations(path: Path) -> dict[str, str]:
+    records = load_reformulations(path)
+    failed = sorted(t for t, r in records.items() if r.output is None)
+    if failed:
+        shown = ", ".join(failed[:10]) + (" ..." if len(failed) > 10 else "")
+        raise ApcirError(
+            f"{len(failed)} turn(s) have a failed reformulation and no level: {shown}", path=path
+        )
+    if not records:
+        raise ApcirError("no reformulation records", path=path)
+    return {t: r.output.level for t, r in records.items() if r.output is not None}
+
+
+def _from_tsv(path: Path) -> dict[str, str]:
+    levels: dict[str, str] = {}
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            text = line.strip()
+            if not text or text.startswith("#"):
+                continue
+            fields = text.split("\t") if "\t" in text else text.split()
+            if len(fields) != 2:
+                raise ApcirError(
+                    f"expected 'turn_id<TAB>level', found {len(fields)} field(s)",
+                    path=path,
+                    line=number,
+                )
+            turn, level = fields[0].strip(), fields[1].strip().lower()
+            if number == 1 and turn.lower() in {"turn_id", "turn", "qid"}:
+                continue
+            if level not in LEVELS:
+                raise ApcirError(
+                    f"level {fields[1]!r} is not one of {', '.join(LEVELS)}", path=path, line=number
+                )
+            try:
+                turn_id = canonical_turn_id(turn)
+            except ApcirError as exc:
+                raise ApcirError(str(exc), path=path, line=number) from None
+            if turn_id in levels and levels[turn_id] != level:
+                raise ApcirError(
+                    f"turn {turn_id} has two levels ({levels[turn_id]} and {level})",
+                    path=path,
+                    line=number,
+                )
+            levels[turn_id] = level
+    if not levels:
+        raise ApcirError("levels file has no 'turn_id<TAB>level' lines", path=path)
+    return levels
+
+
+def write_levels(levels: dict[str, str], path: str | Path) -> None:
+    """Write ``turn_id<TAB>level`` lines, turns sorted."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{t}\t{levels[t]}\n" for t in sorted(levels)), encoding="utf-8")
+
+
+def check_levels(levels: dict[str, str], turns: list[str], *, what: str = "the runs") -> None:
+    """Every turn of ``turns`` must have a level; the error names the missing ones."""
+    missing = sorted(t for t in turns if t not in levels)
+    if missing:
+        shown = ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")
+        raise ApcirError(
+            f"{len(missing)} turn(s) of {what} have no level in the levels file: {shown} "
+            "(add them, or pass --missing-level a|b|c to give them one)"
+        )

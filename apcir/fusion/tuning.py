@@ -1,0 +1,305 @@
+"""Tuning the per-level weights, applying them, and k-fold cross-validation by conversation.
+
+The objective of a level is the sum of the objective measures' means over
+the level's tuning turns (= the paper's Eq. 5 sum over turns, divided by the
+number of turns, which does not change the best point). Tuning turns are the
+turns that are judged and in the runs; a judged turn whose lists are all
+empty counts 0. A level without tuning turns falls back to the weights tuned
+on all tuning turns, and the weights file says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from apcir.errors import ApcirError
+from apcir.evaluation import Evaluation, evaluate, parse_measures
+from apcir.evaluation.measures import Measure
+from apcir.fusion.grid import TIE_RULE, BestPoint, GridSearch, divisions
+from apcir.fusion.levels import check_levels
+from apcir.fusion.linear import align_runs, check_runs, fuse_linear
+from apcir.fusion.normalise import check_norm
+from apcir.fusion.weights import LevelWeights, TunedOn, WeightsFile
+from apcir.ids import split_turn_id
+from apcir.llm.schema import LEVELS
+from apcir.models import Qrels, Run
+
+Objective = str | Sequence[str] | Sequence[Measure]
+Constraint = np.ndarray | Callable[[np.ndarray], np.ndarray] | None
+
+
+def no_third(compositions: np.ndarray) -> np.ndarray:
+    """Constraint of the no-personalisation ablation: the last weight is 0."""
+    return compositions[:, -1] == 0
+
+
+def objective_measures(objective: Objective) -> list[Measure]:
+    """Measures of an objective: a set name (``paper``), a name (``nDCG@3``) or a list of them."""
+    if isinstance(objective, str):
+        return parse_measures(objective)
+    items = list(objective)
+    if items and all(isinstance(m, Measure) for m in items):
+        return [m for m in items if isinstance(m, Measure)]
+    return parse_measures([str(m) for m in items])
+
+
+def qrels_fingerprint(qrels: Qrels) -> str:
+    """A short hash of the judgements, to tell whether a report's qrels are the tuning qrels."""
+    digest = hashlib.sha256()
+    for turn in sorted(qrels):
+        for passage, grade in sorted(qrels[turn].items()):
+            digest.update(f"{turn} {passage} {grade}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def turn_fingerprint(grades: Mapping[str, int]) -> str:
+    """A short hash of one turn's judgements."""
+    text = "".join(f"{p} {g}\n" for p, g in sorted(grades.items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def tuning_turns(runs: Sequence[Run], qrels: Qrels) -> list[str]:
+    """Turns that are judged and in at least one run, sorted."""
+    return sorted(t for t in align_runs(runs).turns if t in qrels)
+
+
+def tune_weights(
+    runs: Sequence[Run],
+    levels: Mapping[str, str],
+    qrels: Qrels,
+    step: float | str = 0.01,
+    objective: Objective = "paper",
+    norm: str = "minmax",
+    depth: int = 1000,
+    *,
+    rel_threshold: int = 1,
+    missing_level: str | None = None,
+    constraint: Constraint = None,
+    turns: Sequence[str] | None = None,
+    search: GridSearch | None = None,
+    progress: bool = False,
+    qrels_name: str = "",
+    run_names: Sequence[str] = (),
+    levels_name: str = "",
+) -> WeightsFile:
+    """Best weights per level (and over all turns) by exhaustive search over the simplex.
+
+    ``turns`` restricts tuning to those turns (default: every judged turn of
+    the runs); ``search`` reuses a finished :class:`GridSearch`; ``constraint``
+    limits the eligible points (e.g. :func:`no_third`).
+    """
+    check_runs(runs)
+    check_norm(norm)
+    measures = objective_measures(objective)
+    chosen = list(turns) if turns is not None else tuning_turns(runs, qrels)
+    if not chosen:
+        raise ApcirError(
+            "no turn is both judged and in the runs: check that the qrels belong to these runs"
+        )
+    levels = _with_missing(levels, chosen, missing_level)
+    if search is None:
+        search = GridSearch(
+            runs,
+            qrels,
+            chosen,
+            measures,
+            step=step,
+            norm=norm,
+            depth=depth,
+            rel_threshold=rel_threshold,
+            progress=progress,
+        )
+    weights = weights_from_search(search, levels, chosen, constraint)
+    weights.tuned_on = TunedOn(
+        qrels=qrels_name,
+        qrels_fingerprint=qrels_fingerprint({t: qrels[t] for t in chosen}),
+        runs=list(run_names),
+        levels=levels_name,
+        turns=len(chosen),
+        turn_fingerprints={t: turn_fingerprint(qrels[t]) for t in chosen},
+    )
+    return weights
+
+
+def weights_from_search(
+    search: GridSearch,
+    levels: Mapping[str, str],
+    turns: Sequence[str],
+    constraint: Constraint = None,
+) -> WeightsFile:
+    """Per-level best points of a finished search over ``turns``."""
+    allowed = constraint(search.compositions) if callable(constraint) else constraint
+    overall = _level_weights(search.best(turns, allowed))
+    by_level: dict[str, LevelWeights] = {}
+    names = list(LEVELS) + sorted({levels[t] for t in turns} - set(LEVELS))
+    for level in names:
+        level_turns = [t for t in turns if levels[t] == level]
+        if level_turns:
+            by_level[level] = _level_weights(search.best(level_turns, allowed))
+        else:
+            by_level[level] = overall.model_copy(
+                update={
+                    "fallback": True,
+                    "n_turns": 0,
+                    "score": None,
+                    "measures": {},
+                    "note": f"no tuning turn has level {level}: uses the weights tuned on all "
+                    f"{len(turns)} tuning turns",
+                }
+            )
+    return WeightsFile(
+        step=1 / search.divisions,
+        divisions=search.divisions,
+        objective=[m.name for m in search.measures],
+        norm=search.norm,
+        depth=search.depth,
+        rel_threshold=search.rel_threshold,
+        tie_rule=TIE_RULE,
+        levels=by_level,
+        all_turns=overall,
+    )
+
+
+def _level_weights(best: BestPoint) -> LevelWeights:
+    return LevelWeights(
+        weights=list(best.weights),
+        composition=list(best.composition),
+        score=best.score,
+        measures=best.measures,
+        n_turns=best.n_turns,
+    )
+
+
+def _with_missing(
+    levels: Mapping[str, str], turns: Sequence[str], missing_level: str | None
+) -> dict[str, str]:
+    if missing_level is not None:
+        if missing_level not in LEVELS:
+            raise ApcirError(
+                f"--missing-level must be one of {', '.join(LEVELS)}, got {missing_level!r}"
+            )
+        return {**{t: missing_level for t in turns}, **levels}
+    check_levels(dict(levels), list(turns), what="the runs that are judged")
+    return dict(levels)
+
+
+@dataclass
+class Fold:
+    """One fold of a cross-validation: its held-out conversations and the weights tuned without them."""
+
+    index: int
+    conversations: list[str]
+    test_turns: list[str]
+    weights: WeightsFile
+
+
+@dataclass
+class CVResult:
+    """Out-of-fold fused run (every judged turn fused with weights tuned on the other folds)."""
+
+    k: int
+    seed: int
+    folds: list[Fold]
+    run: Run
+    evaluation: Evaluation
+    label: str = "out-of-fold"
+    measures: list[str] = field(default_factory=list)
+
+
+def conversation_folds(turns: Sequence[str], k: int, seed: int = 0) -> list[list[str]]:
+    """Conversations split into ``k`` folds, shuffled deterministically by ``seed``."""
+    conversations = sorted({split_turn_id(t)[0] for t in turns})
+    if k < 2:
+        raise ApcirError(f"--cv needs at least 2 folds, got {k}")
+    if k > len(conversations):
+        raise ApcirError(
+            f"--cv {k}: only {len(conversations)} conversations to split by conversation"
+        )
+    order = np.random.default_rng(seed).permutation(len(conversations))
+    folds: list[list[str]] = [[] for _ in range(k)]
+    for position, index in enumerate(order):
+        folds[position % k].append(conversations[index])
+    return [sorted(f) for f in folds]
+
+
+def cross_validate(
+    runs: Sequence[Run],
+    levels: Mapping[str, str],
+    qrels: Qrels,
+    k: int = 5,
+    seed: int = 0,
+    step: float | str = 0.01,
+    objective: Objective = "paper",
+    norm: str = "minmax",
+    depth: int = 1000,
+    *,
+    rel_threshold: int = 1,
+    missing_level: str | None = None,
+    constraint: Constraint = None,
+    report: Sequence[str] | str = "paper",
+    search: GridSearch | None = None,
+    progress: bool = False,
+) -> CVResult:
+    """k-fold cross-validation by conversation: tune on k-1 folds, fuse the held-out fold.
+
+    The search runs once over all judged turns; each fold's weights are the
+    best points over its training turns. ``report`` names the measures of the
+    out-of-fold evaluation. ``search`` reuses a :class:`GridSearch` built over
+    the judged turns of these runs with the same settings (levels and
+    constraints do not enter the search, so one search serves the ablations).
+    """
+    check_runs(runs)
+    measures = objective_measures(objective)
+    divisions(step)
+    turns = tuning_turns(runs, qrels)
+    if not turns:
+        raise ApcirError(
+            "no turn is both judged and in the runs: check that the qrels belong to these runs"
+        )
+    levels = _with_missing(levels, turns, missing_level)
+    folds = conversation_folds(turns, k, seed)
+    if search is None:
+        search = GridSearch(
+            runs,
+            qrels,
+            turns,
+            measures,
+            step=step,
+            norm=norm,
+            depth=depth,
+            rel_threshold=rel_threshold,
+            progress=progress,
+        )
+    elif set(turns) - set(search.turns):
+        raise ApcirError("the given grid search does not cover every judged turn of these runs")
+    fused: Run = {}
+    results: list[Fold] = []
+    for index, conversations in enumerate(folds):
+        held = set(conversations)
+        test = [t for t in turns if split_turn_id(t)[0] in held]
+        train = [t for t in turns if split_turn_id(t)[0] not in held]
+        weights = weights_from_search(search, levels, train, constraint)
+        weights.tuned_on = TunedOn(
+            qrels_fingerprint=qrels_fingerprint({t: qrels[t] for t in train}),
+            turns=len(train),
+            turn_fingerprints={t: turn_fingerprint(qrels[t]) for t in train},
+        )
+        subset = [{t: r[t] for t in test if t in r} for r in runs]
+        fused.update(fuse_linear(subset, levels, weights, norm, depth))
+        results.append(
+            Fold(index=index, conversations=conversations, test_turns=test, weights=weights)
+        )
+    wanted = report if isinstance(report, str) else list(report)
+    evaluation = evaluate(fused, {t: qrels[t] for t in turns}, wanted, rel_threshold=rel_threshold)
+    return CVResult(
+        k=k,
+        seed=seed,
+        folds=results,
+        run=dict(sorted(fused.items())),
+        evaluation=evaluation,
+        measures=list(evaluation.measures),
+    )

@@ -1,0 +1,246 @@
+import json
+
+import pytest
+from test_fusion_data import random_case
+
+from apcir.datasets import write_qrels
+from apcir.export.trec import write_run
+from apcir.fusion.levels import load_levels, write_levels
+
+
+@pytest.fixture
+def files(tmp_path):
+    runs, qrels, levels = random_case(11, turns=16)
+    paths = []
+    for i, run in enumerate(runs):
+        path = tmp_path / f"list{i + 1}.trec"
+        write_run(run, path, tag=f"l{i + 1}")
+        paths.append(str(path))
+    write_qrels(qrels, tmp_path / "qrels.txt")
+    write_levels(levels, tmp_path / "levels.tsv")
+    return tmp_path, paths, runs, qrels, levels
+
+
+def test_tune_then_fuse_labels_tuned_on_test(run_cli, files):
+    tmp, paths, runs, qrels, levels = files
+    code, out, err = run_cli(
+        "tune",
+        "--runs",
+        *paths,
+        "--levels",
+        str(tmp / "levels.tsv"),
+        "--qrels",
+        str(tmp / "qrels.txt"),
+        "--step",
+        "0.1",
+        "--out",
+        str(tmp / "weights.json"),
+    )
+    assert code == 0, err
+    assert "TUNED ON TEST" in out
+    saved = json.loads((tmp / "weights.json").read_text())
+    assert saved["step"] == 0.1 and set(saved["levels"]) == {"a", "b", "c"}
+    assert {"weights", "score", "n_turns"} <= set(saved["levels"]["a"])
+    code, out, err = run_cli(
+        "fuse",
+        "--runs",
+        *paths,
+        "--levels",
+        str(tmp / "levels.tsv"),
+        "--weights",
+        str(tmp / "weights.json"),
+        "--out",
+        str(tmp / "fused.trec"),
+        "--apply-to",
+        str(tmp / "qrels.txt"),
+        "--json",
+    )
+    assert code == 0, err
+    payload = json.loads(out)
+    assert payload["label"].startswith("TUNED ON TEST")
+    assert (tmp / "fused.trec").exists()
+
+
+def test_tune_with_cv_reports_out_of_fold(run_cli, files):
+    tmp, paths, *_ = files
+    code, out, err = run_cli(
+        "tune",
+        "--runs",
+        *paths,
+        "--levels",
+        str(tmp / "levels.tsv"),
+        "--qrels",
+        str(tmp / "qrels.txt"),
+        "--step",
+        "0.1",
+        "--cv",
+        "2",
+        "--out",
+        str(tmp / "w.json"),
+        "--cv-run",
+        str(tmp / "oof.trec"),
+        "--json",
+    )
+    assert code == 0, err
+    payload = json.loads(out)
+    assert payload["cv"]["label"] == "out-of-fold" and len(payload["cv"]["folds"]) == 2
+    assert (tmp / "oof.trec").exists()
+
+
+def _error(run_cli, *args):
+    code, out, err = run_cli(*args)
+    assert code == 2, (out, err)
+    return " ".join(err.split())
+
+
+def test_step_not_dividing_one(run_cli, files):
+    tmp, paths, *_ = files
+    err = _error(
+        run_cli,
+        "tune",
+        "--runs",
+        *paths,
+        "--levels",
+        str(tmp / "levels.tsv"),
+        "--qrels",
+        str(tmp / "qrels.txt"),
+        "--step",
+        "0.03",
+        "--out",
+        str(tmp / "w.json"),
+    )
+    assert "does not divide 1" in err
+
+
+def test_too_few_runs_and_wrong_count_for_weights(run_cli, files):
+    tmp, paths, *_ = files
+    err = _error(
+        run_cli,
+        "tune",
+        "--runs",
+        paths[0],
+        "--levels",
+        str(tmp / "levels.tsv"),
+        "--qrels",
+        str(tmp / "qrels.txt"),
+        "--out",
+        str(tmp / "w.json"),
+    )
+    assert "at least 2 run files" in err
+    assert (
+        run_cli(
+            "tune",
+            "--runs",
+            *paths,
+            "--levels",
+            str(tmp / "levels.tsv"),
+            "--qrels",
+            str(tmp / "qrels.txt"),
+            "--step",
+            "0.5",
+            "--out",
+            str(tmp / "w.json"),
+        )[0]
+        == 0
+    )
+    err = _error(
+        run_cli,
+        "fuse",
+        "--runs",
+        *paths[:2],
+        "--levels",
+        str(tmp / "levels.tsv"),
+        "--weights",
+        str(tmp / "w.json"),
+        "--out",
+        str(tmp / "f.trec"),
+    )
+    assert "3 weights per level, but 2 run(s)" in err
+
+
+def test_levels_file_missing_turns(run_cli, files):
+    tmp, paths, runs, qrels, levels = files
+    partial = dict(sorted(levels.items())[2:])
+    write_levels(partial, tmp / "partial.tsv")
+    err = _error(
+        run_cli,
+        "tune",
+        "--runs",
+        *paths,
+        "--levels",
+        str(tmp / "partial.tsv"),
+        "--qrels",
+        str(tmp / "qrels.txt"),
+        "--step",
+        "0.5",
+        "--out",
+        str(tmp / "w.json"),
+    )
+    assert "have no level" in err and sorted(levels)[0] in err
+
+
+def test_runs_over_different_turns_are_reported(run_cli, files):
+    tmp, paths, runs, qrels, levels = files
+    dropped = sorted(runs[2])[0]
+    write_run({t: h for t, h in runs[2].items() if t != dropped}, tmp / "short.trec")
+    args = [
+        "tune",
+        "--runs",
+        paths[0],
+        paths[1],
+        str(tmp / "short.trec"),
+        "--levels",
+        str(tmp / "levels.tsv"),
+        "--qrels",
+        str(tmp / "qrels.txt"),
+        "--step",
+        "0.5",
+        "--out",
+        str(tmp / "w.json"),
+    ]
+    code, out, err = run_cli(*args)
+    assert code == 0
+    assert dropped in err and "contributes 0" in " ".join(err.split())
+    err = _error(run_cli, *args, "--strict")
+    assert dropped in err
+
+
+def test_levels_from_tsv_and_bad_lines(tmp_path):
+    path = tmp_path / "levels.tsv"
+    path.write_text("turn_id\tlevel\n9-1-3\tb\n9-1_4\tC\n")
+    assert load_levels(path) == {"9-1_3": "b", "9-1_4": "c"}
+    path.write_text("9-1_3\td\n")
+    from apcir.errors import ApcirError
+
+    with pytest.raises(ApcirError, match=":1: level 'd'"):
+        load_levels(path)
+
+
+def test_baseline_rrf(run_cli, files):
+    tmp, paths, *_ = files
+    code, out, err = run_cli("baseline", "rrf", "--runs", *paths, "--out", str(tmp / "rrf.trec"))
+    assert code == 0, err
+    assert (tmp / "rrf.trec").read_text().split("\n")[0].endswith("rrf")
+
+
+def test_levels_from_reformulations_jsonl(tmp_path):
+    from apcir.errors import ApcirError
+
+    out = {
+        "reasoning": "r",
+        "level": "c",
+        "rewrite": "q",
+        "response": "a",
+        "third_rewrite": "q2",
+        "third_response": "a2",
+    }
+    lines = [
+        {"turn_id": "9-1-3", "model": "m", "output": out},
+        {"turn_id": "9-1_4", "model": "m", "status": "failed", "error": "timeout"},
+    ]
+    path = tmp_path / "reformulations.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines[:1]) + "\n")
+    assert load_levels(path) == {"9-1_3": "c"}
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    with pytest.raises(ApcirError, match="9-1_4"):
+        load_levels(path)
