@@ -37,6 +37,12 @@ QRELS: dict[str, BundledDataset] = {
     "ikat23-test-ptkb": BundledDataset(
         "ikat23-test-ptkb", "iKAT 2023 PTKB-statement qrels, grades 0/1", "irlabamsterdam/iKAT (MIT)"
     ),
+    "ikat23-test-provenance": BundledDataset(
+        "ikat23-test-provenance",
+        "iKAT 2023 passage qrels restricted to the ikat23-provenance collection (74 turns with a relevant "
+        "passage in it; not comparable with full-collection numbers)",
+        "NIST, TREC iKAT 2023 (apcir.retrieval.provenance_qrels)",
+    ),
 }
 
 COLLECTIONS: dict[str, BundledDataset] = {

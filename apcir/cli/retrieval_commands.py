@@ -1,0 +1,131 @@
+"""``apcir index build|info`` and ``apcir retrieve``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from apcir.cli.common import console, err_console, print_json
+from apcir.errors import ApcirError
+
+index_app = typer.Typer(help="Build and inspect retrieval indexes.", no_args_is_help=True)
+
+
+@index_app.command("build")
+def build_command(
+    collection: str = typer.Option(
+        ..., "--collection", "-c", help="Bundled collection (ikat23-provenance) or a JSONL file (either layout)."
+    ),
+    backend: str = typer.Option("embedded", "--backend", "-b", help="embedded | lucene-bm25 | lucene-splade."),
+    out: Path = typer.Option(..., "--out", "-o", help="Index directory to create (e.g. indexes/<name>)."),
+    encoder: str = typer.Option(
+        "naver/splade-v3", "--encoder", "-e",
+        help="SPLADE model: splade-tiny (bundled), a hub id or a local directory. Ignored by lucene-bm25.",
+    ),
+    shard: str | None = typer.Option(
+        None, "--shard", help="Encode only shard i/N (from 0), e.g. 3/8; re-run without --shard to merge."
+    ),
+    device: str | None = typer.Option(None, "--device", help="cpu, cuda, cuda:1, ... (default: GPU if present)."),
+    batch_size: int = typer.Option(32, "--batch-size", help="Passages per forward pass."),
+    doc_max_length: int = typer.Option(256, "--doc-max-length", help="Passage budget in model tokens."),
+    chunk_size: int = typer.Option(10_000, "--chunk-size", help="Passages per saved chunk (the unit of resuming)."),
+    threads: int = typer.Option(2, "--threads", help="Lucene indexing threads."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing index or unfinished build."),
+    vectors_from: Path | None = typer.Option(
+        None, "--vectors-from", help="Reuse the passage vectors of this embedded index (same collection and model)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Build an index (resumable; an up-to-date index is left alone)."""
+    from apcir.retrieval.build import build_index
+
+    result = build_index(
+        collection, backend, out, encoder=encoder, shard=shard, device=device, batch_size=batch_size,
+        doc_max_length=doc_max_length, chunk_size=chunk_size, threads=threads, overwrite=overwrite,
+        vectors_from=vectors_from,
+    )
+    if as_json:
+        print_json(
+            {
+                "status": result.status,
+                "out": str(result.out_dir),
+                "message": result.message,
+                "passages_encoded": result.passages_encoded,
+                "manifest": result.manifest.model_dump() if result.manifest else None,
+            }
+        )
+        return
+    console.print(result.message, highlight=False)
+
+
+@index_app.command("info")
+def info_command(
+    index: Path = typer.Argument(..., help="Index directory."),
+    as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
+) -> None:
+    """Show an index's manifest: backend, model, budgets, collection, counts."""
+    from apcir.retrieval.manifest import read_manifest
+
+    manifest = read_manifest(index)
+    if as_json:
+        print_json(manifest.model_dump())
+        return
+    table = Table(title=str(index), show_header=False)
+    for key, value in manifest.model_dump().items():
+        if key == "collection":
+            for sub, subvalue in value.items():
+                table.add_row(f"collection.{sub}", str(subvalue))
+        elif value is not None:
+            table.add_row(key, str(value))
+    console.print(table)
+
+
+def retrieve_command(
+    index: Path = typer.Option(..., "--index", "-i", help="Index directory (apcir index, or a Lucene index for BM25)."),
+    queries: Path = typer.Option(
+        ..., "--queries", "-q", help="TSV turn_id<TAB>query[<TAB>response], or a reformulations JSONL."
+    ),
+    field: str | None = typer.Option(
+        None, "--field", "-f", help="For a reformulations JSONL: rewrite | rewrite_response | third."
+    ),
+    k: int = typer.Option(1000, "--k", "-k", help="Depth: passages per turn."),
+    out: Path = typer.Option(..., "--out", "-o", help="TREC run file to write."),
+    tag: str = typer.Option("apcir", "--tag", help="Run tag (sixth column)."),
+    encoder: str | None = typer.Option(
+        None, "--encoder", "-e", help="Query encoder; must be the index's model (default: the index's model)."
+    ),
+    device: str | None = typer.Option(None, "--device", help="cpu, cuda, ... (default: GPU if present)."),
+    threads: int = typer.Option(2, "--threads", help="Lucene search threads."),
+) -> None:
+    """Retrieve the top-k passages for every query into a TREC run file."""
+    from apcir.export.trec import write_run
+    from apcir.retrieval.backends import open_index
+    from apcir.retrieval.queries import load_queries
+
+    query_set = load_queries(queries, field)
+    for turn, reason in query_set.skipped.items():
+        err_console.print(f"[yellow]warning:[/] turn {turn} skipped: {reason}", highlight=False)
+    backend = open_index(index, encoder, device=device, threads=threads)
+    started = time.perf_counter()
+    run = backend.search(query_set.queries, k)
+    seconds = time.perf_counter() - started
+    write_run(run, out, tag=tag, depth=k)
+    empty = [t for t, hits in run.items() if not hits]
+    console.print(
+        f"wrote {out}: {len(run)} turns, {sum(len(h) for h in run.values())} hits "
+        f"(depth {k}) in {seconds:.1f} s"
+        + (f"; {len(empty)} turn(s) with no hit: {', '.join(empty[:5])}" if empty else "")
+        + (f"; {len(query_set.skipped)} turn(s) skipped" if query_set.skipped else ""),
+        highlight=False,
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(index_app, name="index")
+    app.command("retrieve")(retrieve_command)
+
+
+__all__ = ["ApcirError", "register"]

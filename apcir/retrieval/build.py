@@ -1,0 +1,489 @@
+"""Building indexes: resumable, and for SPLADE sharded so that encoding can run on many machines.
+
+Work in progress lives in ``<out>/_build/``:
+
+    plan.json                        model, passage budget, collection fingerprint, shard count
+    shard-00003-of-00008/chunk-000012.npz, .ids   encoded vectors, ``chunk_size`` passages each
+    shard-00003-of-00008/done.json   written when the shard is complete
+
+A shard ``i/N`` (0-based, ``0 <= i < N``) is the passages whose lines start in
+the i-th of N equal byte ranges of the collection file, so a shard job reads
+only its part of the file. Chunks are written atomically; an interrupted job
+re-run with the same arguments skips the chunks on disk. ``build_index``
+without ``shard`` encodes whatever shards of the plan are missing (all of them
+for a one-machine build: one shard) and merges them into the index, then
+removes ``_build``. The manifest is written last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+import numpy as np
+import scipy.sparse as sp
+from pydantic import BaseModel
+
+from apcir import __version__
+from apcir.datasets.collection import _passage as passage_from_record
+from apcir.datasets.registry import collection_path
+from apcir.errors import ApcirError
+from apcir.models import Passage
+from apcir.retrieval.encoder import DEFAULT_MODEL, SpladeEncoder, canonical_model_name
+from apcir.retrieval.manifest import (
+    BACKENDS,
+    MANIFEST,
+    SPLADE_BACKENDS,
+    CollectionInfo,
+    IndexManifest,
+    index_status,
+    now_iso,
+    write_manifest,
+)
+
+WORK = "_build"
+CHUNK_SIZE = 10_000
+OWNED_OUTPUTS = (MANIFEST, "postings.npz", "ids.txt", "lucene", WORK)
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """What :func:`build_index` did: ``built``, ``up-to-date`` (nothing to do) or ``shard-done``."""
+
+    status: str
+    out_dir: Path
+    manifest: IndexManifest | None
+    message: str
+    passages_encoded: int = 0
+    seconds: float = 0.0
+
+
+class BuildPlan(BaseModel):
+    backend: str
+    model: str
+    doc_max_length: int
+    shards: int
+    chunk_size: int
+    collection: CollectionInfo
+
+
+def parse_shard(text: str | tuple[int, int] | None) -> tuple[int, int] | None:
+    """``"3/8"`` -> ``(3, 8)``; shards are numbered from 0 (SLURM array style)."""
+    if text is None or isinstance(text, tuple):
+        shard = text
+    else:
+        parts = text.split("/")
+        try:
+            shard = (int(parts[0]), int(parts[1])) if len(parts) == 2 else None
+        except ValueError:
+            shard = None
+        if shard is None:
+            raise ApcirError(f"--shard {text!r}: expected i/N, e.g. 0/8 for the first of eight shards")
+    if shard is not None and not (shard[1] >= 1 and 0 <= shard[0] < shard[1]):
+        raise ApcirError(f"--shard {shard[0]}/{shard[1]}: need N >= 1 and 0 <= i < N (shards count from 0)")
+    return shard
+
+
+def build_index(
+    collection: str | Path,
+    backend: str,
+    out_dir: str | Path,
+    encoder: SpladeEncoder | str = DEFAULT_MODEL,
+    shard: str | tuple[int, int] | None = None,
+    *,
+    device: str | None = None,
+    batch_size: int = 32,
+    doc_max_length: int = 256,
+    chunk_size: int = CHUNK_SIZE,
+    threads: int = 2,
+    overwrite: bool = False,
+    progress: bool = True,
+    vectors_from: str | Path | None = None,
+) -> BuildResult:
+    """Build (or resume, or confirm up to date) an index of a collection.
+
+    ``collection``: a bundled name (``ikat23-provenance``) or a JSONL file in
+    either layout apcir reads. ``backend``: ``embedded``, ``lucene-bm25`` or
+    ``lucene-splade``. ``encoder``: a model name (``splade-tiny``, a hub id, a
+    directory) or a loaded :class:`SpladeEncoder` (not used for BM25).
+    ``shard``: ``"i/N"`` encodes only that shard and returns; run again without
+    it, once all shards are done, to merge. ``vectors_from``: an up-to-date
+    embedded index of the same collection and model whose passage vectors are
+    reused instead of encoding again (e.g. to build ``lucene-splade`` from it).
+    """
+    started = time.perf_counter()
+    if backend not in BACKENDS:
+        raise ApcirError(f"unknown backend {backend!r}: expected one of {', '.join(BACKENDS)}")
+    if chunk_size < 1:
+        raise ApcirError(f"chunk size must be positive, got {chunk_size}")
+    out = Path(out_dir).expanduser()
+    path = collection_path(collection)
+    name = str(collection)
+    shard_spec = parse_shard(shard)
+    if backend == "lucene-bm25" and shard_spec is not None:
+        raise ApcirError("--shard splits SPLADE encoding; a BM25 index is built in one go (Lucene is fast)")
+    model = None
+    if backend in SPLADE_BACKENDS:
+        model = encoder.name if isinstance(encoder, SpladeEncoder) else canonical_model_name(encoder)
+        if isinstance(encoder, SpladeEncoder):
+            doc_max_length = encoder.doc_max_length
+
+    if (out / MANIFEST).exists():
+        status = index_status(out, path, backend, model, doc_max_length)
+        if status.up_to_date and not overwrite:
+            return BuildResult("up-to-date", out, status.manifest, f"{out} is up to date ({status.manifest.describe()})")  # type: ignore[union-attr]
+        if not overwrite:
+            raise ApcirError(f"an index already exists here and differs: {status.reason}; pass --overwrite to replace it", path=out)
+    if overwrite:
+        remove_outputs(out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    if backend == "lucene-bm25":
+        return _build_bm25(path, name, out, threads, started)
+
+    info = _collection_info(out, name, path)
+    plan = _ensure_plan(
+        out,
+        BuildPlan(
+            backend=backend, model=str(model), doc_max_length=doc_max_length,
+            shards=shard_spec[1] if shard_spec else 1, chunk_size=chunk_size, collection=info,
+        ),
+        explicit_shards=shard_spec is not None,
+    )
+    loaded = encoder if isinstance(encoder, SpladeEncoder) else None
+
+    def get_encoder() -> SpladeEncoder:
+        nonlocal loaded
+        if loaded is None:
+            loaded = SpladeEncoder(str(encoder), device=device, doc_max_length=doc_max_length, batch_size=batch_size)
+        return loaded
+
+    if vectors_from is not None:
+        if shard_spec is not None or plan.shards != 1:
+            raise ApcirError("--vectors-from reuses a whole index; it cannot be combined with --shard")
+        _copy_vectors(Path(vectors_from), path, plan, out / WORK)
+    wanted = [shard_spec[0]] if shard_spec else list(range(plan.shards))
+    encoded = 0
+    for index in wanted:
+        encoded += _encode_shard(path, out / WORK, plan, index, get_encoder, progress)
+    if shard_spec is not None:
+        missing = [i for i in range(plan.shards) if not (_shard_dir(out / WORK, i, plan.shards) / "done.json").exists()]
+        waiting = f"; waiting for shard(s) {', '.join(map(str, missing))}" if missing else "; all shards done"
+        return BuildResult(
+            "shard-done", out, None,
+            f"shard {shard_spec[0]}/{shard_spec[1]} encoded into {out / WORK}{waiting}. "
+            "Run the same command without --shard to merge.",
+            encoded, time.perf_counter() - started,
+        )
+    manifest = _merge(out, plan, get_encoder(), backend, threads, started)
+    return BuildResult("built", out, manifest, f"built {manifest.describe()} in {out}", encoded, manifest.build_seconds)
+
+
+def remove_outputs(out: Path) -> None:
+    """Delete what apcir writes into an index directory, and nothing else."""
+    for name in OWNED_OUTPUTS:
+        target = out / name
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+
+
+# ---- reading a collection's byte range ---------------------------------------------------------
+def iter_shard(path: Path, index: int, shards: int) -> Iterator[tuple[str, Passage]]:
+    """Passages whose lines start in byte range ``index`` of ``shards``; yields (location, passage)."""
+    size = path.stat().st_size
+    start, end = size * index // shards, size * (index + 1) // shards
+    seen: set[str] = set()
+    with path.open("rb") as handle:
+        if start > 0:
+            handle.seek(start - 1)
+            handle.readline()  # finish the line that started before this range
+        number = 0
+        while True:
+            offset = handle.tell()
+            if offset >= end:
+                break
+            raw = handle.readline()
+            if not raw:
+                break
+            number += 1
+            where = f"line {number}" if index == 0 else f"shard {index}/{shards}, byte offset {offset}"
+            if not raw.strip():
+                continue
+            line = number if index == 0 else None
+            passage = _parse_line(raw, path, line, where)
+            if passage.id in seen:
+                _fail(f"duplicate passage id {passage.id!r}", path, line, where)
+            seen.add(passage.id)
+            yield where, passage
+
+
+def _fail(message: str, path: Path, line: int | None, where: str) -> NoReturn:
+    """Raise naming ``file:line`` (shard 0 counts lines) or the shard and byte offset."""
+    if line is not None:
+        raise ApcirError(message, path=path, line=line)
+    raise ApcirError(f"{message} ({where})", path=path)
+
+
+def _parse_line(raw: bytes, path: Path, line: int | None, where: str) -> Passage:
+    try:
+        record: Any = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        _fail(f"malformed JSON ({exc})", path, line, where)
+    if not isinstance(record, dict):
+        _fail(f"expected a JSON object, found {type(record).__name__}", path, line, where)
+    try:
+        passage = passage_from_record(record, path, line)  # type: ignore[arg-type]
+    except ApcirError as exc:
+        if line is not None:
+            raise
+        raise ApcirError(f"{exc} ({where})") from None
+    if any(c.isspace() for c in passage.id):
+        _fail(f"passage id {passage.id!r} contains whitespace, which TREC run files cannot hold", path, line, where)
+    return passage
+
+
+def count_shard(path: Path, index: int, shards: int) -> int:
+    return sum(1 for _ in iter_shard(path, index, shards))
+
+
+# ---- SPLADE: plan, shards, merge ---------------------------------------------------------------
+def _collection_info(out: Path, name: str, path: Path) -> CollectionInfo:
+    plan_file = out / WORK / "plan.json"
+    if plan_file.exists():  # avoid re-hashing a huge file in every shard job
+        previous = BuildPlan.model_validate_json(plan_file.read_text(encoding="utf-8")).collection
+        if previous.same_file_contents(path):
+            return previous
+    return CollectionInfo.of(name, path)
+
+
+def _ensure_plan(out: Path, plan: BuildPlan, explicit_shards: bool) -> BuildPlan:
+    work = out / WORK
+    work.mkdir(parents=True, exist_ok=True)
+    plan_file = work / "plan.json"
+    if plan_file.exists():
+        existing = BuildPlan.model_validate_json(plan_file.read_text(encoding="utf-8"))
+        # a resumed build keeps the recorded chunk size, and the shard count unless --shard names one
+        update: dict[str, Any] = {"chunk_size": existing.chunk_size}
+        if not explicit_shards:
+            update["shards"] = existing.shards
+        plan = plan.model_copy(update=update)
+        mine, theirs = plan.model_dump(), existing.model_dump()
+        mine["collection"].pop("mtime_ns"), theirs["collection"].pop("mtime_ns")
+        mine["collection"].pop("path"), theirs["collection"].pop("path")
+        mine["collection"].pop("name"), theirs["collection"].pop("name")
+        if mine != theirs:
+            diffs = [f"{k}: {theirs[k]} -> {mine[k]}" for k in mine if mine[k] != theirs[k]]
+            raise ApcirError(
+                f"an unfinished build with other settings is in {work} ({'; '.join(diffs)}); "
+                "re-run with the same settings to resume, or pass --overwrite to start again",
+                path=out,
+            )
+        return existing
+    tmp = work / f"plan.json.{os.getpid()}.tmp"
+    tmp.write_text(plan.model_dump_json(indent=2), encoding="utf-8")
+    os.replace(tmp, plan_file)
+    return plan
+
+
+def _shard_dir(work: Path, index: int, shards: int) -> Path:
+    return work / f"shard-{index:05d}-of-{shards:05d}"
+
+
+def _chunk_paths(folder: Path, number: int) -> tuple[Path, Path]:
+    return folder / f"chunk-{number:06d}.npz", folder / f"chunk-{number:06d}.ids"
+
+
+def _encode_shard(path: Path, work: Path, plan: BuildPlan, index: int, get_encoder: Any, progress: bool) -> int:
+    from apcir.retrieval.encoder import progress_bar
+
+    folder = _shard_dir(work, index, plan.shards)
+    if (folder / "done.json").exists():
+        return 0
+    folder.mkdir(parents=True, exist_ok=True)
+    done = 0
+    while _chunk_paths(folder, done)[0].exists():
+        done += 1
+    skip = done * plan.chunk_size
+    total = count_shard(path, index, plan.shards)  # also validates every line before any encoding
+    encoder: SpladeEncoder = get_encoder()
+    label = f"encoding passages (shard {index}/{plan.shards})" if plan.shards > 1 else "encoding passages"
+    encoded = 0
+    group = encoder.batch_size * 8
+    with progress_bar(label, total, enabled=progress and total - skip > encoder.batch_size) as advance:
+        advance(min(skip, total))
+        ids: list[str] = []
+        texts: list[str] = []
+        number = done
+        for ordinal, (_, passage) in enumerate(iter_shard(path, index, plan.shards)):
+            if ordinal < skip:
+                continue
+            ids.append(passage.id)
+            texts.append(passage.contents)
+            if len(ids) == plan.chunk_size:
+                _write_chunk(folder, number, ids, _encode_groups(encoder, texts, group, advance))
+                encoded += len(ids)
+                number, ids, texts = number + 1, [], []
+        if ids:
+            _write_chunk(folder, number, ids, _encode_groups(encoder, texts, group, advance))
+            encoded += len(ids)
+    (folder / "done.json").write_text(json.dumps({"passages": total}), encoding="utf-8")
+    return encoded
+
+
+def _copy_vectors(source: Path, path: Path, plan: BuildPlan, work: Path) -> None:
+    """Chunks of an existing embedded index's vectors, as if this build had encoded them."""
+    from apcir.retrieval.embedded import load_embedded
+
+    status = index_status(source, path, "embedded", plan.model, plan.doc_max_length)
+    if not status.up_to_date:
+        raise ApcirError(f"cannot reuse its vectors: {status.reason}", path=source)
+    postings, ids = load_embedded(source)
+    documents = sp.csr_matrix(postings.T, dtype=np.float32)
+    folder = _shard_dir(work, 0, 1)
+    if (folder / "done.json").exists():
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    for number, start in enumerate(range(0, len(ids), plan.chunk_size)):
+        _write_chunk(folder, number, ids[start : start + plan.chunk_size], documents[start : start + plan.chunk_size])
+    (folder / "done.json").write_text(json.dumps({"passages": len(ids), "copied_from": str(source)}), encoding="utf-8")
+
+
+def _encode_groups(encoder: SpladeEncoder, texts: list[str], group: int, advance: Any) -> sp.csr_matrix:
+    blocks = []
+    for start in range(0, len(texts), group):
+        part = texts[start : start + group]
+        blocks.append(encoder.encode_documents(part, progress=False))
+        advance(len(part))
+    return sp.vstack(blocks, format="csr", dtype=np.float32)
+
+
+def _write_chunk(folder: Path, number: int, ids: list[str], matrix: sp.csr_matrix) -> None:
+    npz, id_file = _chunk_paths(folder, number)
+    tmp_ids = id_file.with_suffix(".ids.tmp")
+    tmp_ids.write_text("".join(f"{pid}\n" for pid in ids), encoding="utf-8")
+    os.replace(tmp_ids, id_file)
+    tmp = folder / f"chunk-{number:06d}.tmp.npz"
+    sp.save_npz(tmp, matrix, compressed=False)
+    os.replace(tmp, npz)  # the .npz appears last: its presence means the chunk is complete
+
+
+def _iter_chunks(work: Path, plan: BuildPlan) -> Iterator[tuple[list[str], sp.csr_matrix]]:
+    for index in range(plan.shards):
+        folder = _shard_dir(work, index, plan.shards)
+        number = 0
+        while True:
+            npz, id_file = _chunk_paths(folder, number)
+            if not npz.exists():
+                break
+            yield id_file.read_text(encoding="utf-8").splitlines(), sp.load_npz(npz).tocsr()
+            number += 1
+
+
+def check_unique(ids: list[str]) -> None:
+    """Raise on a passage id that occurs twice (across shards), without a set of all strings."""
+    hashes = np.fromiter((hash(i) for i in ids), dtype=np.int64, count=len(ids))
+    order = np.argsort(hashes, kind="stable")
+    same = np.flatnonzero(hashes[order][1:] == hashes[order][:-1])
+    for position in same:
+        a, b = order[position], order[position + 1]
+        if ids[a] == ids[b]:
+            raise ApcirError(f"duplicate passage id {ids[a]!r} (passages {a} and {b} of the collection, in file order)")
+
+
+def _merge(out: Path, plan: BuildPlan, encoder: SpladeEncoder, backend: str, threads: int, started: float) -> IndexManifest:
+    from apcir.retrieval.embedded import save_embedded
+    from apcir.retrieval.lucene import (
+        LUCENE_DIR,
+        QUANTIZATION_SCALE,
+        run_index_collection,
+        write_vector_collection,
+    )
+
+    work = out / WORK
+    missing = [i for i in range(plan.shards) if not (_shard_dir(work, i, plan.shards) / "done.json").exists()]
+    if missing:
+        raise ApcirError(f"cannot merge: shard(s) {', '.join(map(str, missing))} of {plan.shards} are not encoded", path=work)
+    ids: list[str] = []
+    nonzeros = 0
+    scale = None
+    if backend == "embedded":
+        blocks = []
+        for chunk_ids, matrix in _iter_chunks(work, plan):
+            ids.extend(chunk_ids)
+            blocks.append(matrix)
+        check_unique(ids)
+        documents = sp.vstack(blocks, format="csr", dtype=np.float32) if blocks else sp.csr_matrix((0, encoder.vocab_size), dtype=np.float32)
+        nonzeros = int(documents.nnz)
+        save_embedded(out, documents, ids)
+    else:
+        vectors = work / "vectors"
+        vectors.mkdir(exist_ok=True)
+        for number, (chunk_ids, matrix) in enumerate(_iter_chunks(work, plan)):
+            ids.extend(chunk_ids)
+            nonzeros += int(matrix.nnz)
+            write_vector_collection(vectors / f"part-{number:06d}.jsonl", chunk_ids, matrix, encoder.vocabulary)
+        check_unique(ids)
+        target = out / LUCENE_DIR
+        if target.exists():
+            shutil.rmtree(target)
+        run_index_collection(vectors, target, "impact", threads, work / "lucene.log")
+        scale = QUANTIZATION_SCALE
+    manifest = IndexManifest(
+        backend=backend,  # type: ignore[arg-type]
+        model=encoder.name,
+        query_max_length=encoder.query_max_length,
+        response_max_length=encoder.response_max_length,
+        doc_max_length=encoder.doc_max_length,
+        vocab_size=encoder.vocab_size,
+        collection=plan.collection,
+        passages=len(ids),
+        nonzeros=nonzeros,
+        quantization_scale=scale,
+        build_seconds=round(time.perf_counter() - started, 3),
+        created=now_iso(),
+        apcir_version=__version__,
+    )
+    write_manifest(out, manifest)
+    shutil.rmtree(work, ignore_errors=True)
+    return manifest
+
+
+# ---- BM25 ----------------------------------------------------------------------------------
+def _build_bm25(path: Path, name: str, out: Path, threads: int, started: float) -> BuildResult:
+    from apcir.retrieval.lucene import BM25_B, BM25_K1, LUCENE_DIR, run_index_collection
+
+    work = out / WORK
+    docs = work / "docs"
+    if work.exists():
+        shutil.rmtree(work)
+    docs.mkdir(parents=True)
+    count = 0
+    with (docs / "docs.jsonl").open("w", encoding="utf-8") as handle:
+        for _, passage in iter_shard(path, 0, 1):
+            handle.write(json.dumps({"id": passage.id, "contents": passage.contents}, ensure_ascii=False) + "\n")
+            count += 1
+    target = out / LUCENE_DIR
+    if target.exists():
+        shutil.rmtree(target)
+    run_index_collection(docs, target, "bm25", threads, work / "lucene.log")
+    manifest = IndexManifest(
+        backend="lucene-bm25",
+        collection=CollectionInfo.of(name, path),
+        passages=count,
+        bm25_k1=BM25_K1,
+        bm25_b=BM25_B,
+        build_seconds=round(time.perf_counter() - started, 3),
+        created=now_iso(),
+        apcir_version=__version__,
+    )
+    write_manifest(out, manifest)
+    shutil.rmtree(work, ignore_errors=True)
+    return BuildResult("built", out, manifest, f"built {manifest.describe()} in {out}", 0, manifest.build_seconds)

