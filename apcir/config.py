@@ -54,7 +54,7 @@ class WeightsConfig(_Section):
     folds: int = 5
     seed: int = 0
     step: float = 0.01
-    objective: str = "MRR+nDCG@3+Recall@10+Recall@100"
+    objective: str = Field("paper", description="measures summed by the grid search: a set name or comma-separated names")
 
 
 class FusionConfig(_Section):

@@ -72,12 +72,13 @@ def level_table(runs: list[RunMetrics], measure: str = "nDCG@3") -> str:
         for level in LEVEL_NAMES:
             values = [v[measure] for t, v in result.per_turn.items() if t in run.turns and run.turns[t].level == level]
             cells.append(f"{100 * sum(values) / len(values):.1f} (n={len(values)})" if values else "-")
-        lines.append(f"| {key} | " + " | ".join(cells) + f" | {100 * result.means[measure]:.1f} |")
+        label = result.label if len(runs) == 1 else f"{run.name}: {result.label}"
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {100 * result.means[measure]:.1f} |")
     return "\n".join(lines) + "\n"
 
 
 def agreement_table(run: RunMetrics) -> str:
-    """Table 5: LLM levels against the annotators' PTKB provenance (personalised = some statement relevant)."""
+    """Table 5: levels of all topic turns against the annotators' PTKB provenance (personalised = some statement relevant)."""
     counts = Counter((info.level, info.human_personalised) for info in run.turns.values() if info.level)
     lines = [
         "| LLM level | turns | annotators: personalised | annotators: not | agreement |",
@@ -100,26 +101,28 @@ def plot_levels(runs: list[RunMetrics], out: Path, measure: str = "nDCG@3") -> l
 
     written = []
     for run in runs:
-        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+        fig, (left, right) = plt.subplots(1, 2, figsize=(14, 4.5), gridspec_kw={"width_ratios": [1, 2]})
         levels = list(LEVEL_NAMES)
         personalised = [sum(1 for i in run.turns.values() if i.level == lv and i.human_personalised) for lv in levels]
         neutral = [sum(1 for i in run.turns.values() if i.level == lv and not i.human_personalised) for lv in levels]
         left.bar(levels, personalised, label="annotators: personalised")
         left.bar(levels, neutral, bottom=personalised, label="annotators: not")
-        left.set_title("Turns per LLM level")
+        left.set_title("Turns per level (all topic turns)")
         left.legend()
         systems = [s for s in run.systems if measure in run.systems[s].means]
         width = 0.8 / max(len(systems), 1)
+        colours = plt.get_cmap("tab20")
         for n, system in enumerate(systems):
             per_turn = run.systems[system].per_turn
             values = []
             for level in levels:
                 vals = [v[measure] for t, v in per_turn.items() if t in run.turns and run.turns[t].level == level]
                 values.append(sum(vals) / len(vals) if vals else 0.0)
-            right.bar([i + n * width for i in range(3)], values, width=width, label=run.systems[system].label)
+            right.bar([i + n * width for i in range(3)], values, width=width, label=run.systems[system].label,
+                      color=colours(n % 20))
         right.set_xticks([i + 0.4 - width / 2 for i in range(3)], levels)
-        right.set_title(f"{measure} per level")
-        right.legend(fontsize=6)
+        right.set_title(f"{measure} per level (judged turns)")
+        right.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
         fig.suptitle(run.name)
         fig.tight_layout()
         path = out / f"{run.name}-levels.png"

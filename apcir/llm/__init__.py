@@ -3,7 +3,8 @@
 Public API (imported lazily so that ``apcir.llm.schema`` stays cheap to import
 and nothing here needs the openai package or an API key until a request is sent):
 
-* :func:`reformulate` (``apcir.llm.reformulate``): turns -> reformulations JSONL, cached, resumable;
+* ``apcir.llm.reformulate.reformulate``: turns -> reformulations JSONL, cached, resumable (import it from
+  the submodule: the package attribute ``reformulate`` is that submodule once it has been imported);
 * :func:`is_offline`: ``manual`` and ``heuristic`` need no model and no network;
 * :class:`ReformulateSummary`, :class:`PromptOptions`, :class:`RetryPolicy`.
 """
@@ -13,7 +14,6 @@ from __future__ import annotations
 from typing import Any
 
 _EXPORTS = {
-    "reformulate": "apcir.llm.reformulate",
     "is_offline": "apcir.llm.reformulate",
     "ReformulateSummary": "apcir.llm.reformulate",
     "PromptOptions": "apcir.llm.prompt",
@@ -29,7 +29,6 @@ __all__ = [
     "RetryPolicy",
     "build_prompt",
     "is_offline",
-    "reformulate",
 ]
 
 
