@@ -23,8 +23,14 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
 
+# The main job on the embedded default, offline: the `heuristic` reformulator, or GPT-4o
+# when OPENAI_API_KEY is set (then the LLM cache makes re-runs free).
 demo: setup
-	$(VENV)/bin/apcir datasets
+	@if [ -n "$$OPENAI_API_KEY" ]; then \
+		$(VENV)/bin/apcir run demo --llm gpt-4o --output-dir runs/demo-gpt-4o; \
+	else \
+		$(VENV)/bin/apcir run demo; \
+	fi
 
 bench: setup
 	@for script in benchmarks/*.py; do echo "== $$script"; $(PY) $$script || exit 1; done

@@ -61,6 +61,7 @@ class RunReport:
     retrieval_calls: int = 0
     failed_turns: list[str] = field(default_factory=list)
     metrics: RunMetrics | None = None
+    submission_problems: list[str] = field(default_factory=list)
 
 
 def resolve_config_path(value: str) -> Path:
@@ -237,9 +238,31 @@ def run_experiment(config: ExperimentConfig, console: Console | None = None, pro
     write_levels(levels, run_dir / "levels.tsv")
 
     _fuse_and_evaluate(exp, turns, records, list_paths, index_dir)
+    _check_outputs(exp, turns)
     _write_json(run_dir / "timings.json", {o.name: round(o.seconds, 3) for o in exp.report.outcomes}
                 | {"total": round(time.perf_counter() - started, 3)})
     return exp.report
+
+
+def _check_outputs(exp: Experiment, turns: list[Turn]) -> None:
+    """Validate the submission as the organisers would, and write the report when there are metrics."""
+    from apcir.evaluation.report import write_report
+    from apcir.export.validate import validate_submission
+
+    suffix = ".jsonl" if exp.config.export.format == "ikat25" else ".json"
+    submission = exp.run_dir / f"submission{suffix}"
+    problems = validate_submission(submission, turns, exp.config.export.format)
+    exp.report.submission_problems = problems
+    if problems:
+        exp.console.print(f"[yellow]warning:[/] {submission} has {len(problems)} problem(s):")
+        for problem in problems[:20]:
+            exp.console.print(f"  {problem}", highlight=False)
+    else:
+        exp.console.print(f"submission {submission} passes the offline iKAT checks ({len(turns)} turns)",
+                          highlight=False)
+    if exp.report.metrics is not None:
+        report = write_report([exp.report.metrics], exp.run_dir / "report")
+        exp.console.print(f"report: {report}", highlight=False)
 
 
 def _select_turns(topics: str, wanted: list[str] | None) -> list[Turn]:

@@ -43,8 +43,8 @@ def run_command(
         highlight=False,
     )
     console.print(
-        f"outputs in {report.run_dir}/: fused.run, submission, systems/*.run, metrics.json; "
-        f"report with: apcir report {report.run_dir}",
+        f"outputs in {report.run_dir}/: fused.run (TREC), submission.json (iKAT), systems/*.run, "
+        "metrics.json, report/report.md",
         highlight=False,
     )
 

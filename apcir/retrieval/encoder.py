@@ -225,7 +225,9 @@ class SpladeEncoder:
 def _load_sparse_encoder(model: str, device: str) -> SparseEncoder:
     from sentence_transformers import SparseEncoder
     from sentence_transformers.sparse_encoder.modules import SpladePooling
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # a per-tensor "Loading weights" bar; apcir shows its own progress
     location = resolve_model_location(model)
     local = Path(location).exists()
     try:

@@ -1,0 +1,143 @@
+"""End to end: `apcir run` over a small real collection, with the LLM stage against a local OpenAI-protocol server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from apcir import datasets
+from apcir.config import ExperimentConfig
+from apcir.pipeline import run_experiment
+from apcir.retrieval.build import build_index
+from fake_openai import FakeOpenAI, Reply  # noqa: E402
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "APCIR_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """Four judged conversations and a collection of their judged passages plus 60 others, indexed once."""
+    root = tmp_path_factory.mktemp("pipeline")
+    qrels = datasets.qrels("ikat23-test-provenance")
+    turns = datasets.topics("ikat23-test")
+    conversations = sorted({t.conversation_id for t in turns if t.turn_id in qrels})[:4]
+    chosen = [t.turn_id for t in turns if t.conversation_id in conversations]
+    judged = {p for t in chosen if t in qrels for p in qrels[t]}
+    passages = list(datasets.iter_collection(datasets.collection_path("ikat23-provenance")))
+    keep = [p for p in passages if p.id in judged] + [p for p in passages if p.id not in judged][:60]
+    collection = root / "collection.jsonl"
+    collection.write_text("".join(json.dumps({"id": p.id, "contents": p.contents}) + "\n" for p in keep))
+    index = root / "index"
+    build_index(collection, "embedded", index, "splade-tiny", progress=False)
+    return root, collection, index, chosen
+
+
+def config(small, server, name="t", **fusion):
+    root, collection, index, chosen = small
+    return ExperimentConfig.model_validate(
+        {
+            "name": name,
+            "topics": "ikat23-test",
+            "turns": chosen,
+            "output_dir": str(root / name),
+            "reformulator": {"llm": "gpt-test", "base_url": server.url, "cache_dir": str(root / f"cache-{name}"),
+                             "concurrency": 1},
+            "retrieval": {"index": str(index), "collection": str(collection), "encoder": "splade-tiny"},
+            "fusion": {"weights": {"source": "cv", "folds": 2, "step": 0.1}, **fusion},
+            "evaluation": {"qrels": "ikat23-test-provenance"},
+        }
+    )
+
+
+def test_second_run_makes_no_llm_requests_and_no_retrieval_calls(small, tmp_path):
+    _, _, _, chosen = small
+    with FakeOpenAI() as server:
+        cfg = config(small, server)
+        first = run_experiment(cfg, progress=False)
+        assert server.count == len(chosen) == first.llm_requests
+        assert first.retrieval_calls == 4 * len(chosen)  # three lists + the manual rewrite
+        run_dir = cfg.run_dir
+        for name in ("fused.run", "submission.json", "metrics.json", "weights.json", "weights-folds.json",
+                     "levels.tsv", "environment.json", "config.json", "timings.json"):
+            assert (run_dir / name).exists(), name
+        metrics = first.metrics
+        assert metrics is not None and "apcir" in metrics.systems and "rrf" in metrics.systems
+        assert metrics.protocol.startswith("2-fold cross-validation")
+        assert "entropy" in metrics.systems and "deps" in metrics.systems
+
+        second = run_experiment(cfg, progress=False)
+        assert server.count == len(chosen), "no LLM request on the second run"
+        assert second.llm_requests == 0 and second.retrieval_calls == 0
+        assert not any(outcome.ran for outcome in second.outcomes)
+        assert second.metrics == metrics
+
+        changed = run_experiment(config(small, server, norm="max"), progress=False)
+        assert [o.name for o in changed.outcomes if o.ran] == ["fuse+evaluate"]
+        assert server.count == len(chosen)
+
+
+def test_interrupted_run_continues_where_it_stopped(small, capsys):
+    _, _, _, chosen = small
+    with FakeOpenAI() as server:
+        server.queue(Reply(), Reply(), Reply(), Reply(status=401))  # the fourth request: key revoked
+        cfg = config(small, server, name="resume")
+        with pytest.raises(Exception, match="401|rejected|key"):
+            run_experiment(cfg, progress=False)
+        done = sum(1 for _ in (cfg.run_dir / "reformulations.jsonl").open())
+        assert done == 3
+        report = run_experiment(cfg, progress=False)
+        assert server.count == 4 + (len(chosen) - 3), "only the unfinished turns are asked again"
+        assert report.metrics is not None
+
+
+def test_submission_validates_and_broken_copies_fail(small, run_cli, tmp_path):
+    with FakeOpenAI() as server:
+        cfg = config(small, server, name="valid")
+        run_experiment(cfg, progress=False)
+    _, _, _, chosen = small
+    subset = tmp_path / "topics.json"
+    conversations = {t.split("_")[0] for t in chosen}
+    topics = [c for c in json.loads((ROOT / "apcir/datasets/topics/ikat23-test.json").read_text())
+              if c["number"] in conversations]
+    subset.write_text(json.dumps(topics))
+    submission = cfg.run_dir / "submission.json"
+    code, out, err = run_cli("validate", str(submission), "--topics", str(subset))
+    assert code == 0, err
+    data = json.loads(submission.read_text())
+    missing = data["turns"].pop(1)["turn_id"]
+    data["turns"][0]["responses"][0]["passage_provenance"][0]["id"] = "not-a-clueweb-id"
+    data["turns"][2]["responses"].append(dict(data["turns"][2]["responses"][0]))  # rank 1 again
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(data))
+    code, out, err = run_cli("validate", str(broken), "--topics", str(subset))
+    assert code == 1
+    problems = [line for line in err.splitlines() if line.startswith("problem:")]
+    assert len(problems) == 3, err
+    assert any(missing in p for p in problems)
+    assert any("not-a-clueweb-id" in p for p in problems)
+    assert any("rank 1 does not increase" in p for p in problems)
+
+
+def test_report_and_notebook_run_on_the_outputs(small, run_cli, monkeypatch):
+    with FakeOpenAI() as server:
+        cfg = config(small, server, name="nb")
+        run_experiment(cfg, progress=False)
+    code, out, err = run_cli("report", str(cfg.run_dir))
+    assert code == 0, err
+    assert "Table 6" in (cfg.run_dir / "report" / "report.md").read_text()
+    notebook = nbformat.read(ROOT / "notebooks" / "inspect_run.ipynb", as_version=4)
+    monkeypatch.setenv("APCIR_RUN_DIR", str(cfg.run_dir))
+    NotebookClient(notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+    outputs = "".join(o.get("text", "") for c in notebook.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "level a:" in outputs and "level b:" in outputs
