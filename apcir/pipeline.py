@@ -180,7 +180,7 @@ def _fallback_records(records: dict[str, ReformulationRecord], turns: list[Turn]
 
 def environment(config: ExperimentConfig) -> dict[str, Any]:
     """Versions of apcir, Python and the libraries that shape the numbers, plus the git commit."""
-    packages = {}
+    packages: dict[str, str | None] = {}
     for name in ("torch", "sentence-transformers", "transformers", "pyserini", "openai", "pytrec-eval-terrier",
                  "numpy", "scipy", "ranx", "numba"):
         try:
@@ -234,7 +234,7 @@ def run_experiment(config: ExperimentConfig, console: Console | None = None, pro
         exp.retrieve(index_dir, records, name, path)
     if baselines:
         exp.retrieve(index_dir, manual_records, "manual", run_dir / "lists" / "manual.run")
-    levels = {t: r.output.level for t, r in records.items() if r.output is not None}
+    levels: dict[str, str] = {t: r.output.level for t, r in records.items() if r.output is not None}
     write_levels(levels, run_dir / "levels.tsv")
 
     _fuse_and_evaluate(exp, turns, records, list_paths, index_dir)
@@ -296,9 +296,9 @@ def _tuning_weights(exp: Experiment, index_dir: Path) -> tuple[WeightsFile, Weig
     lists = [load_run(p) for p in paths]
     levels = {t: r.output.level for t, r in records.items() if r.output is not None}
     qrels = datasets.qrels(weights_cfg.tune_qrels)
-    common: dict[str, Any] = dict(step=weights_cfg.step, objective=weights_cfg.objective, norm=cfg.fusion.norm,
-                                  depth=cfg.fusion.depth, rel_threshold=cfg.evaluation.rel_threshold,
-                                  missing_level="a", qrels_name=weights_cfg.tune_qrels)
+    common: dict[str, Any] = {"step": weights_cfg.step, "objective": weights_cfg.objective, "norm": cfg.fusion.norm,
+                                  "depth": cfg.fusion.depth, "rel_threshold": cfg.evaluation.rel_threshold,
+                                  "missing_level": "a", "qrels_name": weights_cfg.tune_qrels}
     weights = tune_weights(lists, levels, qrels, **common)
     no_p = tune_weights(lists, levels, qrels, constraint=no_third, **common) if cfg.fusion.baselines else None
     same = weights_cfg.tune_qrels == cfg.evaluation.qrels

@@ -105,13 +105,13 @@ def cross_validated(
     # One exhaustive search over every judged turn serves every fold and ablation.
     search = GridSearch(lists, qrels, tuning_turns(lists, qrels), objective_measures(objective), step=step,
                         norm=norm, depth=depth, rel_threshold=rel_threshold)
-    common: dict[str, Any] = dict(k=folds, seed=seed, step=step, objective=objective, norm=norm, depth=depth,
-                                  rel_threshold=rel_threshold, missing_level="a", search=search)
+    common: dict[str, Any] = {"k": folds, "seed": seed, "step": step, "objective": objective, "norm": norm, "depth": depth,
+                                  "rel_threshold": rel_threshold, "missing_level": "a", "search": search}
     cv = cross_validate(lists, levels, qrels, **common)
     runs = {"apcir": cv.run}
     if with_baselines:
         runs["no-personalisation"] = cross_validate(lists, levels, qrels, constraint=no_third, **common).run
-        same_level = {t: "a" for t in levels}
+        same_level = dict.fromkeys(levels, "a")
         runs["no-levels"] = cross_validate(lists, same_level, qrels, **common).run
     weights = tune_weights(lists, levels, qrels, step=step, objective=objective, norm=norm, depth=depth,
                            rel_threshold=rel_threshold, missing_level="a", search=search)
@@ -138,7 +138,7 @@ def with_weights(
         runs["no-personalisation"] = fuse_linear(lists, levels, no_personalisation, norm, depth, missing_level="a")
     if weights.all_turns is not None:
         vector = tuple(weights.all_turns.weights)
-        runs["no-levels"] = fuse_per_turn(lists, {t: vector for t in fused}, norm=norm, depth=depth)
+        runs["no-levels"] = fuse_per_turn(lists, dict.fromkeys(fused, vector), norm=norm, depth=depth)
     return Tuned(runs, fused, weights, protocol=protocol, tuned_on_test=tuned_on_test)
 
 

@@ -3,11 +3,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytrec_eval
 import pytest
+import pytrec_eval
 
 from apcir import datasets
 from apcir.export.trec import write_run
+
 
 def test_datasets_json_counts(run_cli):
     code, out, _ = run_cli("datasets", "--json")

@@ -77,7 +77,7 @@ def test_averaging_conventions_differ_as_documented():
         # Every missing turn scores 0, so the complete mean is the default mean scaled down.
         scaled = default.measures[name] * default.evaluated_turns / complete.evaluated_turns
         assert complete.measures[name] == pytest.approx(scaled, abs=1e-12)
-    assert all(complete.per_turn[t] == {n: 0.0 for n in default.measures} for t in missing)
+    assert all(complete.per_turn[t] == dict.fromkeys(default.measures, 0.0) for t in missing)
 
 
 def test_hand_computed_values():

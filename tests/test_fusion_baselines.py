@@ -42,10 +42,10 @@ def test_round_robin_interleaves_without_duplicates():
 def test_single_list_and_equal_are_linear_fusion():
     runs, _, levels = random_case(1)
     assert b.single_list(runs, 1) == fuse_linear(
-        runs, levels, {lv: (0.0, 1.0, 0.0) for lv in "abc"}
+        runs, levels, dict.fromkeys("abc", (0.0, 1.0, 0.0))
     )
     assert b.equal_weights(runs) == fuse_linear(
-        runs, levels, {lv: (1 / 3, 1 / 3, 1 / 3) for lv in "abc"}
+        runs, levels, dict.fromkeys("abc", (1 / 3, 1 / 3, 1 / 3))
     )
 
 

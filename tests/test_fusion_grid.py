@@ -21,7 +21,7 @@ def brute_force(runs, qrels, turns, measures, step, depth, threshold=1):
     means = np.zeros((len(comps), len(measures)))
     for p, comp in enumerate(comps):
         vector = tuple(c / n for c in comp)
-        run = fuse_per_turn(runs, {t: vector for t in all_turns}, depth=depth)
+        run = fuse_per_turn(runs, dict.fromkeys(all_turns, vector), depth=depth)
         result = evaluate(
             {t: run[t] for t in turns},
             {t: qrels[t] for t in turns},

@@ -93,7 +93,7 @@ def test_cross_validation_can_share_one_search():
     shared = cross_validate(runs, levels, qrels, k=2, step="0.1", search=search)
     alone = cross_validate(runs, levels, qrels, k=2, step="0.1")
     assert shared.run == alone.run
-    flat = {t: "a" for t in levels}
+    flat = dict.fromkeys(levels, "a")
     assert cross_validate(runs, flat, qrels, k=2, step="0.1", search=search).run == cross_validate(
         runs, flat, qrels, k=2, step="0.1"
     ).run

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from fake_openai import FakeOpenAI, Reply
 from nbclient import NotebookClient
 
 from apcir import datasets
 from apcir.config import ExperimentConfig
 from apcir.pipeline import run_experiment
 from apcir.retrieval.build import build_index
-from fake_openai import FakeOpenAI, Reply  # noqa: E402
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent

@@ -84,7 +84,8 @@ def test_each_part_is_cut_to_its_own_budget(tiny):
     head = tiny.truncate(query, 64)
     tail = tiny.truncate(response, 256)
     assert text == f"{head} {tail}"
-    count = lambda s: len(tiny.tokenizer(s, add_special_tokens=False)["input_ids"])
+    def count(s):
+        return len(tiny.tokenizer(s, add_special_tokens=False)["input_ids"])
     assert count(head) == 64 and count(tail) == 256
     assert query.startswith(head) and response.startswith(tail)
     assert tiny.query_text(("short query", None)) == "short query"

@@ -41,7 +41,7 @@ def test_interrupted_stage_resumes_without_deleting(tmp_path):
     def resume():
         assert out.read_text() == "line1\n", "same inputs: the partial output is kept for resuming"
         out.write_text("line1\nline2\n")
-        return None
+        return
 
     assert StageLedger(tmp_path).run("s", {"a": 1}, [out], resume).ran
     assert out.read_text() == "line1\nline2\n"

@@ -22,7 +22,7 @@ def _runs(
     ctx: typer.Context, first: list[Path], expected: int | None = None
 ) -> tuple[list[Run], list[str]]:
     """Run files from ``--runs A B C`` (click leaves B and C as extra arguments) or repeated ``--runs``."""
-    extra = [a for a in ctx.args]
+    extra = list(ctx.args)
     unknown = [a for a in extra if a.startswith("-")]
     if unknown:
         raise ApcirError(f"unknown option(s): {' '.join(unknown)}")
@@ -373,7 +373,7 @@ def baseline_command(
                 )
             wf = tune_weights(
                 run_list,
-                {t: "a" for t in turns},
+                dict.fromkeys(turns, "a"),
                 datasets.qrels(qrels),
                 step,
                 objective,
@@ -382,7 +382,7 @@ def baseline_command(
             )
         assert wf.all_turns is not None
         fused = fuse_per_turn(
-            run_list, {t: wf.all_turns.weights for t in turns}, norm=wf.norm, depth=wf.depth
+            run_list, dict.fromkeys(turns, wf.all_turns.weights), norm=wf.norm, depth=wf.depth
         )
     elif name == "no-personalisation":
         if qrels is None or levels is None:

@@ -9,7 +9,6 @@ import sys
 import typer
 
 import apcir.cli
-
 from apcir import __version__
 from apcir.cli.common import err_console
 from apcir.errors import ApcirError

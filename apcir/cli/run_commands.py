@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from apcir.cli.common import console
@@ -18,7 +20,7 @@ def run_command(
 ) -> None:
     """Run every stage of an experiment; stages whose inputs did not change are reused."""
     experiment = load_config(resolve_config_path(config))
-    updates = {}
+    updates: dict[str, Any] = {}
     if llm:
         updates["reformulator"] = experiment.reformulator.model_copy(update={"llm": llm})
     if base_url:

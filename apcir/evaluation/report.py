@@ -42,8 +42,8 @@ def metric_table(runs: list[RunMetrics], group: str, baseline: str | None) -> st
                 per_turn = {k: run.systems[s].per_turn for k, (_, s) in candidates.items()}
                 base_key = baseline if len(runs) == 1 else f"{run.name}/{baseline}"
                 per_turn[base_key] = run.systems[baseline].per_turn
-                for comparison in paired_t_tests(per_turn, base_key, measures):
-                    markers[(comparison.system, comparison.measure)] = comparison
+                for tested in paired_t_tests(per_turn, base_key, measures):
+                    markers[(tested.system, tested.measure)] = tested
     lines = ["| system | " + " | ".join(measures) + " |", "|---" * (len(measures) + 1) + "|"]
     for key, (run, system) in keys.items():
         result = run.systems[system]
@@ -64,7 +64,7 @@ def metric_table(runs: list[RunMetrics], group: str, baseline: str | None) -> st
 def level_table(runs: list[RunMetrics], measure: str = "nDCG@3") -> str:
     """Table 6: ``measure`` per LLM level for every system."""
     lines = ["| system | " + " | ".join(LEVEL_NAMES.values()) + " | all |", "|---" * 5 + "|"]
-    for key, (run, system) in _qualified(runs).items():
+    for (run, system) in _qualified(runs).values():
         result = run.systems[system]
         if measure not in run.measures:
             continue

@@ -88,7 +88,7 @@ def build_submission(
         text = response_text(turn.turn_id, hits, record, passages, mode) if hits or record else ""
         ptkb_ids = _ptkb_used(turn, record)
         if fmt == "ikat25":
-            references = {pid: score for pid, score in hits}
+            references = dict(hits)
             entries.append(
                 {
                     "metadata": {"team_id": team_id, "run_id": run_name, "run_type": run_type},

@@ -27,14 +27,14 @@ def single_list(runs: Sequence[Run], index: int, *, norm: str = "minmax", depth:
     if not 0 <= index < len(runs):
         raise ApcirError(f"list {index + 1} does not exist: {len(runs)} runs were given")
     vector = tuple(1.0 if i == index else 0.0 for i in range(len(runs)))
-    return fuse_per_turn(runs, {t: vector for t in align_runs(runs).turns}, norm=norm, depth=depth)
+    return fuse_per_turn(runs, dict.fromkeys(align_runs(runs).turns, vector), norm=norm, depth=depth)
 
 
 def equal_weights(runs: Sequence[Run], *, norm: str = "minmax", depth: int = 1000) -> Run:
     """Every list weighted 1/N."""
     check_runs(runs)
     vector = tuple(1.0 / len(runs) for _ in runs)
-    return fuse_per_turn(runs, {t: vector for t in align_runs(runs).turns}, norm=norm, depth=depth)
+    return fuse_per_turn(runs, dict.fromkeys(align_runs(runs).turns, vector), norm=norm, depth=depth)
 
 
 def random_weights(runs: Sequence[Run], seed: int = 0) -> dict[str, tuple[float, ...]]:

@@ -182,7 +182,7 @@ def _with_missing(
             raise ApcirError(
                 f"--missing-level must be one of {', '.join(LEVELS)}, got {missing_level!r}"
             )
-        return {**{t: missing_level for t in turns}, **levels}
+        return {**dict.fromkeys(turns, missing_level), **levels}
     check_levels(dict(levels), list(turns), what="the runs that are judged")
     return dict(levels)
 

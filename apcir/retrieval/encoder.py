@@ -232,7 +232,7 @@ def _load_sparse_encoder(model: str, device: str) -> SparseEncoder:
     local = Path(location).exists()
     try:
         encoder = SparseEncoder(location, device=device, local_files_only=local)
-    except Exception as exc:  # noqa: BLE001  the hub raises many types: gated, not found, offline
+    except Exception as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if local:
             raise ApcirError(f"could not load SPLADE model from {location}: {reason}") from None
