@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from apcir import datasets
-from apcir.cli.common import console, err_console, print_json
+from apcir.cli.common import console, err_console, means_table, print_json
 from apcir.evaluation import evaluate, parse_measures
 from apcir.export.trec import read_run_file
 
@@ -60,12 +60,7 @@ def evaluate_command(
         for turn, values in result.per_turn.items():
             table.add_row(turn, *(f"{v:.4f}" for v in values.values()))
         console.print(table)
-    table = Table(title=f"{run.name} vs {qrels}")
-    table.add_column("measure")
-    table.add_column("mean", justify="right")
-    for name, value in result.measures.items():
-        table.add_row(name, f"{value:.4f}")
-    console.print(table)
+    console.print(means_table(f"{run.name} vs {qrels}", result.measures))
     averaging = (
         "judged turns missing from the run count as 0 (trec_eval -c)"
         if complete

@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from apcir import datasets
-from apcir.cli.common import console, err_console, print_json
+from apcir.cli.common import console, err_console, means_table, print_json
 from apcir.errors import ApcirError
 from apcir.evaluation import evaluate
 from apcir.export.trec import read_run_file, write_run
@@ -270,12 +270,7 @@ def fuse_command(
         result = evaluate(fused, judgements, "paper", rel_threshold=weights.rel_threshold)
         payload.update(measures=result.measures, label=label, tuning_turns_evaluated=overlap)
         if not as_json:
-            table = Table(title=f"{out.name} vs {qrels}: {label}")
-            table.add_column("measure")
-            table.add_column("mean", justify="right")
-            for name, value in result.measures.items():
-                table.add_row(name, f"{value:.4f}")
-            console.print(table)
+            console.print(means_table(f"{out.name} vs {qrels}: {label}", result.measures))
     if as_json:
         print_json(payload)
     else:
