@@ -1,0 +1,59 @@
+"""The demo exactly as `make demo` runs it (bundled config), in a temporary directory, then the notebook on it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from apcir import datasets
+from apcir.config import load_config
+from apcir.export.validate import validate_submission
+from apcir.pipeline import resolve_config_path, run_experiment
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("demo")
+    config = load_config(resolve_config_path("demo"))
+    retrieval = config.retrieval.model_copy(update={"index": str(root / "index")})
+    config = config.model_copy(update={"output_dir": str(root / "run"), "retrieval": retrieval})
+    return config, run_experiment(config, progress=False)
+
+
+def test_demo_compares_every_system_and_is_valid(demo):
+    config, report = demo
+    metrics = report.metrics
+    assert metrics is not None
+    for system in ("apcir", "list-rewrite", "list-rewrite_response", "list-third", "equal", "no-personalisation",
+                   "rrf", "manual"):
+        assert system in metrics.systems, system
+    assert metrics.protocol.startswith("5-fold cross-validation by conversation")
+    assert len(metrics.systems["apcir"].per_turn) == 74, "every judged turn of ikat23-test-provenance"
+    assert report.llm_requests == 0, "the heuristic reformulator needs no LLM"
+    assert validate_submission(config.run_dir / "submission.json", datasets.topics("ikat23-test")) == []
+    assert (config.run_dir / "report" / "report.md").exists()
+
+
+def test_demo_rerun_reuses_everything(demo):
+    config, first = demo
+    again = run_experiment(config, progress=False)
+    assert again.llm_requests == 0 and again.retrieval_calls == 0
+    assert not any(outcome.ran for outcome in again.outcomes)
+    assert again.metrics == first.metrics
+
+
+def test_notebook_runs_on_the_demo_outputs(demo, monkeypatch):
+    config, _ = demo
+    notebook = nbformat.read(ROOT / "notebooks" / "inspect_run.ipynb", as_version=4)
+    monkeypatch.setenv("APCIR_RUN_DIR", str(config.run_dir))
+    NotebookClient(notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+    text = "".join(o.get("text", "") for c in notebook.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "run demo: topics ikat23-test" in text
+    assert "level a:" in text and "level c:" in text
+    assert "level a: w = [" in text and "fold 4:" in text
