@@ -316,6 +316,7 @@ def _fuse_and_evaluate(
         raise ApcirError("fusion.weights.source = 'cv' needs evaluation.qrels (cross-validation tunes on them)")
     passages_source = cfg.retrieval.passages or cfg.retrieval.collection
     inputs: dict[str, Any] = {
+        "name": cfg.name,  # names the run tags, the submission and the metrics
         "lists": list_paths, "levels": run_dir / "levels.tsv", "fusion": cfg.fusion.model_dump(mode="json"),
         "qrels": datasets.qrels_path(qrels_name) if qrels_name else None,
         "evaluation": cfg.evaluation.model_dump(mode="json"), "export": cfg.export.model_dump(mode="json"),

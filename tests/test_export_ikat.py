@@ -50,6 +50,7 @@ def test_ikat24_fields(case):
     prov = response["passage_provenance"]
     assert [p["used"] for p in prov[:6]] == [True] * 5 + [False]
     assert prov[0]["text"] == passages[prov[0]["id"]]
+    assert all("text" not in p for p in prov[5:]), "only the used passages carry their text"
     neutral = next(t for t in turns if not t.ptkb_provenance)
     assert by_id[neutral.turn_id]["responses"][0]["text"] == f"neutral {neutral.turn_id}"
 

@@ -47,3 +47,13 @@ def test_write_report_round_trip(tmp_path):
         assert title in text
     png = tmp_path / "report" / "r1-levels.png"
     assert png.exists() and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_two_runs_of_the_same_name_stay_apart(tmp_path, run_cli):
+    for folder in ("one", "two"):
+        write_metrics(make_run("same"), tmp_path / folder)
+    code, _, err = run_cli("report", str(tmp_path / "one"), str(tmp_path / "two"), "--out", str(tmp_path / "r"))
+    assert code == 0, err
+    text = (tmp_path / "r" / "report.md").read_text()
+    assert f"{tmp_path / 'one'}: APCIR" in text and f"{tmp_path / 'two'}: APCIR" in text
+    assert len(list((tmp_path / "r").glob("*-levels.png"))) == 2

@@ -190,3 +190,11 @@ def test_bad_shard_spec(text):
 
     with pytest.raises(ApcirError, match="shard"):
         parse_shard(text)
+
+
+def test_a_model_that_failed_to_load_does_not_block_the_next_build(tmp_path, small_collection, encoder):
+    out = tmp_path / "idx"
+    with pytest.raises(ApcirError, match="could not load SPLADE model"):
+        build_index(small_collection, "embedded", out, encoder="no-such-org/no-such-splade", progress=False)
+    result = build_index(small_collection, "embedded", out, encoder=encoder, progress=False)
+    assert result.status == "built" and result.manifest is not None and result.manifest.model == "splade-tiny"

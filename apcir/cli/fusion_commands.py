@@ -45,7 +45,7 @@ def _runs(
 def _warn_alignment(runs: list[Run], names: list[str], strict: bool) -> None:
     from apcir.fusion.linear import align_runs
 
-    message = align_runs(runs, strict=strict).describe(names)
+    message = align_runs(runs, strict=strict, names=names).describe(names)
     if message:
         err_console.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
 
@@ -250,7 +250,7 @@ def fuse_command(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:
-    """Fuse three runs with each turn's level weights (normalisation and depth from weights.json)."""
+    """Fuse runs (as many as weights.json has weights per level) with each turn's level weights."""
     from apcir.fusion.levels import load_levels
     from apcir.fusion.linear import fuse_linear
     from apcir.fusion.weights import load_weights

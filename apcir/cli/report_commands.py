@@ -20,6 +20,9 @@ def report_command(
 ) -> None:
     """Write report.md and PNG plots in the layout of the APCIR paper's tables."""
     runs = [read_metrics(d) for d in run_dirs]
+    names = [r.name for r in runs]
+    if len(set(names)) < len(names):  # same experiment name twice: tell them apart by directory
+        runs = [r.model_copy(update={"name": str(d)}) for r, d in zip(runs, run_dirs)]
     target = out or (run_dirs[0] / "report" if len(run_dirs) == 1 else Path("runs") / "report")
     path = write_report(runs, target, baseline)
     console.print(f"report written to {path}")

@@ -8,6 +8,7 @@ baseline: ``†`` marks a significant improvement, ``↓`` a significant loss.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -125,7 +126,7 @@ def plot_levels(runs: list[RunMetrics], out: Path, measure: str = "nDCG@3") -> l
         right.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
         fig.suptitle(run.name)
         fig.tight_layout()
-        path = out / f"{run.name}-levels.png"
+        path = out / (re.sub(r"[^A-Za-z0-9._-]+", "_", run.name).strip("_") + "-levels.png")
         fig.savefig(path, dpi=110)
         plt.close(fig)
         written.append(path)

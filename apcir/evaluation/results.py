@@ -50,6 +50,7 @@ class RunMetrics(BaseModel):
 
 
 def write_metrics(metrics: RunMetrics, run_dir: Path) -> Path:
+    run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / METRICS_FILE
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(metrics.model_dump_json(indent=1), encoding="utf-8")

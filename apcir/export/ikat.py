@@ -106,7 +106,9 @@ def build_submission(
             continue
         provenance = []
         for rank, (pid, score) in enumerate(hits, start=1):
-            item: dict[str, Any] = {"id": pid, "text": passages.get(pid, ""), "score": score}
+            item: dict[str, Any] = {"id": pid, "score": score}
+            if rank <= used_top and pid in passages:
+                item["text"] = passages[pid]  # only the passages the response uses: keeps the file small
             if fmt == "ikat24":
                 item["used"] = rank <= used_top
             provenance.append(item)

@@ -35,7 +35,7 @@ class RunAlignment:
         default_factory=dict
     )  # turn -> indices of runs without it
 
-    def describe(self, names: Sequence[str] | None = None) -> str:
+    def describe(self, names: Sequence[str] | None = None, *, strict: bool = False) -> str:
         """One line naming the turns that some runs lack, and how they are handled."""
         if not self.missing:
             return ""
@@ -45,6 +45,8 @@ class RunAlignment:
             for t, idx in sorted(self.missing.items())
         ]
         shown = "; ".join(parts[:10]) + (" ..." if len(parts) > 10 else "")
+        if strict:
+            return f"{len(self.missing)} turn(s) are missing from some runs (--strict refuses that): {shown}"
         return (
             f"{len(self.missing)} turn(s) are missing from some runs and are fused with that list empty "
             f"(it contributes 0): {shown}"
@@ -59,18 +61,14 @@ def check_runs(runs: Sequence[Run], expected: int | None = None) -> None:
         raise ApcirError(f"fusion needs at least 2 runs, got {len(runs)} (the paper fuses 3)")
 
 
-def align_runs(runs: Sequence[Run], *, strict: bool = False) -> RunAlignment:
+def align_runs(runs: Sequence[Run], *, strict: bool = False, names: Sequence[str] | None = None) -> RunAlignment:
     """The union of the runs' turns; with ``strict`` a turn missing from any run is an error."""
     turns = sorted(set().union(*(set(r) for r in runs))) if runs else []
     missing = {t: [i for i, r in enumerate(runs) if t not in r] for t in turns}
     missing = {t: idx for t, idx in missing.items() if idx}
     alignment = RunAlignment(turns=turns, missing=missing)
     if strict and missing:
-        raise ApcirError(
-            alignment.describe().replace(
-                "are fused with that list empty (it contributes 0)", "(strict)"
-            )
-        )
+        raise ApcirError(alignment.describe(names, strict=True))
     return alignment
 
 

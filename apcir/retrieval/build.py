@@ -279,14 +279,19 @@ def _ensure_plan(out: Path, plan: BuildPlan, explicit_shards: bool) -> BuildPlan
         mine["collection"].pop("mtime_ns"), theirs["collection"].pop("mtime_ns")
         mine["collection"].pop("path"), theirs["collection"].pop("path")
         mine["collection"].pop("name"), theirs["collection"].pop("name")
-        if mine != theirs:
+        nothing_encoded = not any(p.is_file() and p.name != "plan.json" for p in work.rglob("*"))
+        if mine != theirs and nothing_encoded:
+            existing = plan  # an earlier attempt stopped before encoding anything (e.g. its model failed to load)
+            plan_file.unlink()
+        elif mine != theirs:
             diffs = [f"{k}: {theirs[k]} -> {mine[k]}" for k in mine if mine[k] != theirs[k]]
             raise ApcirError(
                 f"an unfinished build with other settings is in {work} ({'; '.join(diffs)}); "
                 "re-run with the same settings to resume, or pass --overwrite to start again",
                 path=out,
             )
-        return existing
+        if plan_file.exists():
+            return existing
     tmp = work / f"plan.json.{os.getpid()}.tmp"
     tmp.write_text(plan.model_dump_json(indent=2), encoding="utf-8")
     os.replace(tmp, plan_file)

@@ -236,11 +236,14 @@ def _load_sparse_encoder(model: str, device: str) -> SparseEncoder:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if local:
             raise ApcirError(f"could not load SPLADE model from {location}: {reason}") from None
+        alternative = (
+            f"or use the non-gated {NON_GATED_ALTERNATIVE}; " if model != NON_GATED_ALTERNATIVE else ""
+        )
         raise ApcirError(
             f"could not load SPLADE model {model!r} from the Hugging Face hub ({reason}). "
             f"If it is gated (naver/splade-v3 is), accept its licence at https://huggingface.co/{model} "
-            "and log in with `hf auth login` or set HF_TOKEN; or use the non-gated "
-            f"{NON_GATED_ALTERNATIVE}; or pass a local model directory"
+            f"and log in with `hf auth login` or set HF_TOKEN; {alternative}"
+            "if this machine is offline, download the model elsewhere and pass its local directory"
         ) from None
     if not any(isinstance(module, SpladePooling) for module in encoder):
         raise ApcirError(
