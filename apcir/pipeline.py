@@ -100,11 +100,15 @@ class Experiment:
 
     # ---- stages -------------------------------------------------------------------------------
     def reformulate(self, turns: list[Turn], topics: str, llm: str, out: Path) -> None:
+        from apcir.llm.offline import HEURISTIC_VERSION, MANUAL_VERSION
+        from apcir.llm.prompt import PROMPT_VERSION
         from apcir.llm.reformulate import is_offline, reformulate
 
         cfg = self.config.reformulator
+        version = {"heuristic": HEURISTIC_VERSION, "manual": MANUAL_VERSION}.get(llm, PROMPT_VERSION)
         inputs = {"topics": datasets.topics_path(topics), "turns": [t.turn_id for t in turns], "llm": llm,
-                  "base_url": None if is_offline(llm) else cfg.base_url}
+                  "version": version, "base_url": None if is_offline(llm) else cfg.base_url}
+        failed: list[str] = []
 
         def work() -> str:
             summary = reformulate(
@@ -112,12 +116,16 @@ class Experiment:
                 base_url=cfg.base_url, concurrency=cfg.concurrency, progress=self.progress,
             )
             self.report.llm_requests += summary.requests
-            if summary.failed_turns:
-                self.report.failed_turns.extend(summary.failed_turns)
+            failed.extend(summary.failed_turns)
             return (f"{summary.ok} turns ok, {summary.failed} failed, {summary.requests} LLM requests, "
                     f"{summary.cache_hits} cache hits")
 
-        self.stage(f"reformulate:{out.stem}", inputs, [out], work)
+        name = f"reformulate:{out.stem}"
+        self.stage(name, inputs, [out], work)
+        if failed:
+            # Left unfinished: the next run asks the failed turns again (finished ones are kept).
+            self.ledger.mark_unfinished(name)
+            self.report.failed_turns.extend(failed)
 
     def index(self) -> Path:
         from apcir.retrieval.build import build_index

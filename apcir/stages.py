@@ -95,3 +95,9 @@ class StageLedger:
         self.entries[name] = {"fingerprint": key, "finished": True, "seconds": round(seconds, 3), "detail": detail}
         self._save()
         return StageOutcome(name, ran=True, seconds=seconds, detail=detail)
+
+    def mark_unfinished(self, name: str) -> None:
+        """Have the next run resume this stage (e.g. some of its turns failed and should be retried)."""
+        if name in self.entries:
+            self.entries[name]["finished"] = False
+            self._save()

@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from fake_openai import FakeOpenAI, Reply
+from fake_openai import FakeOpenAI, Reply, default_content
 
 from apcir import datasets
 from apcir.config import ExperimentConfig
+from apcir.fusion import load_levels
 from apcir.pipeline import run_experiment
 from apcir.retrieval.build import build_index
 
@@ -137,3 +138,30 @@ def test_report_command_on_a_run_directory(small, run_cli):
     for title in ("Table 1", "Table 2", "Table 4", "Table 5", "Table 6"):
         assert title in text
     assert (cfg.run_dir / "again" / "nb-levels.png").exists()
+
+
+def test_a_failed_turn_is_searched_with_its_utterance_and_asked_again_next_run(small):
+    _, _, _, chosen = small
+    target = next(t for t in datasets.topics("ikat23-test") if t.turn_id == chosen[0])
+    marker = f"Current utterance (turn {target.turn_number}): {target.utterance}"
+    broken = {"on": True}
+
+    def answer(body):  # the target turn gets no JSON, first ask and repair alike, while `broken` holds
+        asked = any(marker in m["content"] for m in body["messages"] if m["role"] == "user")
+        return "not json" if asked and broken["on"] else default_content(body)
+
+    with FakeOpenAI(content=answer) as server:
+        cfg = config(small, server, name="failed")
+        first = run_experiment(cfg, progress=False)
+        assert first.failed_turns == [chosen[0]]
+        levels = load_levels(cfg.run_dir / "levels.tsv")
+        assert levels[chosen[0]] == "a", "a failed turn falls back to level a"
+        rewrite_run = (cfg.run_dir / "lists" / "rewrite.run").read_text()
+        assert f"\n{chosen[0]} Q0 " in "\n" + rewrite_run, "the failed turn is still searched"
+        requests = server.count
+        broken["on"] = False
+        second = run_experiment(cfg, progress=False)
+        assert server.count == requests + 1, "only the failed turn is asked again"
+        assert second.failed_turns == [] and second.retrieval_calls > 0
+        third = run_experiment(cfg, progress=False)
+        assert third.llm_requests == 0 and third.retrieval_calls == 0
