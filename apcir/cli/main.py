@@ -21,10 +21,13 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-# Each area of the CLI is a module apcir/cli/<area>_commands.py with a register(app) function.
-for info in sorted(pkgutil.iter_modules(apcir.cli.__path__), key=lambda m: m.name):
-    if info.name.endswith("_commands"):
-        importlib.import_module(f"apcir.cli.{info.name}").register(app)
+# Each area of the CLI is a module apcir/cli/<area>_commands.py with a register(app) function;
+# --help lists them in pipeline order, then any other area.
+_ORDER = ("run", "data", "llm", "retrieval", "fusion", "eval", "report", "export")
+_areas = [m.name for m in pkgutil.iter_modules(apcir.cli.__path__) if m.name.endswith("_commands")]
+for name in sorted(_areas, key=lambda n: (_ORDER.index(n[: -len("_commands")]) if n[: -len("_commands")] in _ORDER
+                                          else len(_ORDER), n)):
+    importlib.import_module(f"apcir.cli.{name}").register(app)
 
 
 def _version(value: bool) -> None:
