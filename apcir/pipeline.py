@@ -205,6 +205,16 @@ def environment(config: ExperimentConfig) -> dict[str, Any]:
             "encoder": config.retrieval.encoder, "backend": config.retrieval.backend}
 
 
+def _record_index(run_dir: Path, index_dir: Path) -> None:
+    """Add the index's manifest (model, length budgets, collection hash, counts) to environment.json."""
+    from apcir.retrieval.manifest import MANIFEST
+
+    manifest = index_dir / MANIFEST
+    info = json.loads(manifest.read_text(encoding="utf-8")) if manifest.exists() else {"path": str(index_dir)}
+    env_path = run_dir / "environment.json"
+    _write_json(env_path, json.loads(env_path.read_text(encoding="utf-8")) | {"index": info})
+
+
 def _write_json(path: Path, data: Any) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -237,6 +247,7 @@ def run_experiment(config: ExperimentConfig, console: Console | None = None, pro
         manual_records = load_reformulations(manual_path)
 
     index_dir = exp.index()
+    _record_index(run_dir, index_dir)
     list_paths = [run_dir / "lists" / f"{name}.run" for name in LIST_NAMES]
     for name, path in zip(LIST_NAMES, list_paths):
         exp.retrieve(index_dir, records, name, path)
