@@ -145,8 +145,9 @@ class Experiment:
         if self._backend is None:
             from apcir.retrieval.backends import open_index
 
-            encoder = None if self.config.retrieval.backend == "lucene-bm25" else self.config.retrieval.encoder
-            self._backend = open_index(index_dir, encoder)
+            cfg = self.config.retrieval
+            encoder = None if cfg.backend == "lucene-bm25" else cfg.encoder
+            self._backend = open_index(index_dir, encoder, backend=cfg.backend)
         return self._backend
 
     def retrieve(self, index_dir: Path, records: dict[str, ReformulationRecord], field_name: str, out: Path) -> None:

@@ -198,3 +198,19 @@ def test_a_model_that_failed_to_load_does_not_block_the_next_build(tmp_path, sma
         build_index(small_collection, "embedded", out, encoder="no-such-org/no-such-splade", progress=False)
     result = build_index(small_collection, "embedded", out, encoder=encoder, progress=False)
     assert result.status == "built" and result.manifest is not None and result.manifest.model == "splade-tiny"
+
+
+@pytest.mark.slow
+def test_an_impact_index_without_manifest_opens_with_a_named_encoder(tmp_path, demo_indexes, encoder):
+    """The iKAT organisers' SPLADE index has no apcir manifest: --backend lucene-splade plus the encoder."""
+    _, impact = demo_indexes
+    foreign = tmp_path / "organisers-index"
+    import shutil
+
+    shutil.copytree(impact / "lucene", foreign)  # a bare Lucene directory, as distributed
+    queries = demo_queries(10)
+    ours = open_index(impact, encoder).search(queries, 20, progress=False)
+    theirs = open_index(foreign, encoder, backend="lucene-splade").search(queries, 20, progress=False)
+    assert theirs == ours
+    with pytest.raises(ApcirError, match="needs the query encoder"):
+        open_index(foreign, None, backend="lucene-splade")

@@ -99,6 +99,10 @@ def retrieve_command(
     ),
     device: str | None = typer.Option(None, "--device", help="cpu, cuda, ... (default: GPU if present)."),
     threads: int = typer.Option(2, "--threads", help="Lucene search threads."),
+    backend_name: str | None = typer.Option(
+        None, "--backend", help="For a Lucene index without an apcir manifest: lucene-bm25 (default) or "
+        "lucene-splade (an impact index, queried with --encoder).",
+    ),
 ) -> None:
     """Retrieve the top-k passages for every query into a TREC run file."""
     from apcir.export.trec import write_run
@@ -108,7 +112,7 @@ def retrieve_command(
     query_set = load_queries(queries, field)
     for turn, reason in query_set.skipped.items():
         err_console.print(f"[yellow]warning:[/] turn {turn} skipped: {reason}", highlight=False)
-    backend = open_index(index, encoder, device=device, threads=threads)
+    backend = open_index(index, encoder, device=device, threads=threads, backend=backend_name)
     started = time.perf_counter()
     run = backend.search(query_set.queries, k)
     seconds = time.perf_counter() - started

@@ -27,14 +27,17 @@ def open_index(
     *,
     device: str | None = None,
     threads: int = 2,
+    backend: str | None = None,
 ) -> Backend:
     """Open the index at ``index_dir`` with the backend its manifest names.
 
     SPLADE indexes load the model recorded in the manifest, with the manifest's
     length budgets, unless ``encoder`` (a loaded :class:`SpladeEncoder` or a
     model name) is given; an encoder other than the index's model is refused.
-    A Lucene index without an apcir manifest (e.g. the one the iKAT organisers
-    distribute) opens as BM25.
+    A Lucene index without an apcir manifest (e.g. one the iKAT organisers
+    distribute) opens as BM25, or, with ``backend="lucene-splade"`` and an
+    ``encoder``, as an impact index queried with that encoder (apcir cannot
+    check that the index was built with the same model).
     """
     from apcir.retrieval.embedded import EmbeddedIndex
     from apcir.retrieval.lucene import LuceneBM25, LuceneSplade
@@ -43,6 +46,14 @@ def open_index(
     if not folder.is_dir():
         raise ApcirError("index directory not found", path=folder)
     if not (folder / MANIFEST).exists() and any(folder.glob("segments_*")):
+        if backend == "lucene-splade":
+            if encoder is None:
+                raise ApcirError(
+                    "a Lucene impact index without an apcir manifest needs the query encoder it was built "
+                    "with (--encoder, e.g. naver/splade-v3)", path=folder,
+                )
+            query_encoder = encoder if isinstance(encoder, SpladeEncoder) else SpladeEncoder(encoder, device=device)
+            return LuceneSplade(folder, None, query_encoder, threads=threads)
         return LuceneBM25(folder, None, threads=threads)
     manifest = read_manifest(folder)
     if manifest.backend == "lucene-bm25":

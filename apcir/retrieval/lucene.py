@@ -137,16 +137,23 @@ class _PrecomputedQueries:
 class LuceneSplade:
     """SPLADE over a Lucene impact index built from the same encoder's vectors."""
 
-    def __init__(self, index_dir: Path, manifest: IndexManifest, encoder: SpladeEncoder, threads: int = 2) -> None:
+    def __init__(
+        self, index_dir: Path, manifest: IndexManifest | None, encoder: SpladeEncoder, threads: int = 2,
+        quantization_scale: int | None = None,
+    ) -> None:
+        """``manifest`` is None for an impact index apcir did not build (e.g. the iKAT organisers');
+        its integer weights are then taken to be ``round(quantization_scale * w)`` (default 100)."""
         self.index_dir = index_dir
         self.manifest = manifest
         self.encoder = encoder
         self.threads = threads
-        self.scale = manifest.quantization_scale or QUANTIZATION_SCALE
+        recorded = manifest.quantization_scale if manifest else None
+        self.scale = quantization_scale or recorded or QUANTIZATION_SCALE
         self.queries = _PrecomputedQueries({})
+        lucene_dir = index_dir / LUCENE_DIR if (index_dir / LUCENE_DIR).is_dir() else index_dir
         # min_idf=-1 keeps every query token found in the index (pyserini drops idf <= min_idf,
         # and a token in every passage has idf 0).
-        self.searcher = lucene().LuceneImpactSearcher(str(index_dir / LUCENE_DIR), self.queries, min_idf=-1)
+        self.searcher = lucene().LuceneImpactSearcher(str(lucene_dir), self.queries, min_idf=-1)
 
     def search(self, queries: Mapping[str, QueryInput], k: int = 1000, *, progress: bool = True) -> Run:
         check_k(k)
