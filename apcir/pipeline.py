@@ -132,6 +132,10 @@ class Experiment:
 
         cfg = self.config.retrieval
         index_dir = Path(cfg.index)
+        if index_dir.is_dir() and not (index_dir / "manifest.json").exists() and any(index_dir.glob("segments_*")):
+            self.console.print(f"  index: {index_dir} is a Lucene index apcir did not build; used as it is",
+                               highlight=False)
+            return index_dir
         if cfg.collection is None:
             if not index_dir.exists():
                 raise ApcirError("index directory not found and no collection configured to build it", path=index_dir)
