@@ -42,7 +42,7 @@ from apcir.export.ikat import build_submission, write_submission
 from apcir.export.trec import load_run, sorted_hits, write_run
 from apcir.fusion import WeightsFile, load_weights, tune_weights
 from apcir.fusion.levels import load_levels, write_levels
-from apcir.fusion.tuning import no_third
+from apcir.fusion.tuning import no_third, tuned_on_overlap
 from apcir.llm.schema import LIST_NAMES, ReformulationRecord, load_reformulations
 from apcir.models import Run, Turn
 from apcir.stages import StageLedger, StageOutcome
@@ -302,7 +302,7 @@ def _select_turns(topics: str, wanted: list[str] | None) -> list[Turn]:
     return [t for t in turns if t.turn_id in keep]
 
 
-def _tuning_weights(exp: Experiment, index_dir: Path) -> tuple[WeightsFile, WeightsFile | None, str, bool]:
+def _tuning_weights(exp: Experiment, index_dir: Path) -> tuple[WeightsFile, WeightsFile | None, str]:
     """Weights of the ``tune`` protocol: run reformulation and retrieval on the tuning topics, then tune."""
     cfg = exp.config
     weights_cfg = cfg.fusion.weights
@@ -325,8 +325,7 @@ def _tuning_weights(exp: Experiment, index_dir: Path) -> tuple[WeightsFile, Weig
                                   "missing_level": "a", "qrels_name": weights_cfg.tune_qrels}
     weights = tune_weights(lists, levels, qrels, **common)
     no_p = tune_weights(lists, levels, qrels, constraint=no_third, **common) if cfg.fusion.baselines else None
-    same = weights_cfg.tune_qrels == cfg.evaluation.qrels
-    return weights, no_p, f"tuned on {weights_cfg.tune_topics} / {weights_cfg.tune_qrels}", same
+    return weights, no_p, f"tuned on {weights_cfg.tune_topics} / {weights_cfg.tune_qrels}"
 
 
 def _fuse_and_evaluate(
@@ -354,7 +353,7 @@ def _fuse_and_evaluate(
     if qrels_name:
         outputs.append(run_dir / "metrics.json")
 
-    tuned_source: tuple[WeightsFile, WeightsFile | None, str, bool] | None = None
+    tuned_source: tuple[WeightsFile, WeightsFile | None, str] | None = None
     if weights_cfg.source == "tune":
         tuned_source = _tuning_weights(exp, index_dir)
         inputs["tune_lists"] = [run_dir / "tune" / "lists" / f"{n}.run" for n in LIST_NAMES]
@@ -411,7 +410,7 @@ def _fuse_and_evaluate(
 
 def _apcir_systems(
     exp: Experiment, lists: list[Run], levels: dict[str, str], qrels: Any,
-    tuned_source: tuple[WeightsFile, WeightsFile | None, str, bool] | None,
+    tuned_source: tuple[WeightsFile, WeightsFile | None, str] | None,
 ) -> Tuned:
     cfg = exp.config
     fusion = cfg.fusion
@@ -424,15 +423,18 @@ def _apcir_systems(
         )
     if weights_cfg.source == "tune":
         assert tuned_source is not None
-        weights, no_p, protocol, same = tuned_source
-        return with_weights(lists, levels, weights, no_personalisation=no_p, norm=fusion.norm, depth=fusion.depth,
-                            protocol=protocol, tuned_on_test=same)
-    if not weights_cfg.file:
-        raise ApcirError("fusion.weights.source = 'file' needs fusion.weights.file (a weights.json)")
-    weights = load_weights(weights_cfg.file)
-    same = bool(qrels) and weights.tuned_on.qrels == cfg.evaluation.qrels
-    return with_weights(lists, levels, weights, no_personalisation=None, norm=fusion.norm, depth=fusion.depth,
-                        protocol=f"weights from {weights_cfg.file}", tuned_on_test=same)
+        weights, no_p, protocol = tuned_source
+    else:
+        if not weights_cfg.file:
+            raise ApcirError("fusion.weights.source = 'file' needs fusion.weights.file (a weights.json)")
+        weights, no_p, protocol = load_weights(weights_cfg.file), None, f"weights from {weights_cfg.file}"
+    # Tuned on test when an evaluated turn, with the same judgements, was a tuning turn.
+    evaluated = {t: qrels[t] for t in levels if qrels and t in qrels}
+    overlap = tuned_on_overlap(weights, evaluated) if qrels else 0
+    if overlap is None:
+        protocol += " (tuning turns unknown)"
+    return with_weights(lists, levels, weights, no_personalisation=no_p, norm=fusion.norm, depth=fusion.depth,
+                        protocol=protocol, tuned_on_test=bool(overlap))
 
 
 class _MemoEncoder:

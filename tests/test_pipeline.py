@@ -165,3 +165,40 @@ def test_a_failed_turn_is_searched_with_its_utterance_and_asked_again_next_run(s
         assert second.failed_turns == [] and second.retrieval_calls > 0
         third = run_experiment(cfg, progress=False)
         assert third.llm_requests == 0 and third.retrieval_calls == 0
+
+
+def test_tune_on_other_conversations_then_apply_a_weights_file(small, tmp_path):
+    root, collection, index, chosen = small
+    conversations = sorted({t.split("_")[0] for t in chosen})
+    tune_convs, test_convs = conversations[:2], conversations[2:]
+    topics = [c for c in json.loads((ROOT / "apcir/datasets/topics/ikat23-test.json").read_text())
+              if c["number"] in tune_convs]
+    tune_topics = tmp_path / "tune-topics.json"
+    tune_topics.write_text(json.dumps(topics))
+    with FakeOpenAI() as server:
+        base = config(small, server, name="tuned").model_dump()
+        base["turns"] = [t for t in chosen if t.split("_")[0] in test_convs]
+        base["fusion"]["weights"] = {"source": "tune", "tune_topics": str(tune_topics),
+                                     "tune_qrels": "ikat23-test-provenance", "step": 0.1}
+        tuned_cfg = ExperimentConfig.model_validate(base)
+        tuned = run_experiment(tuned_cfg, progress=False)
+        assert tuned.metrics is not None
+        assert tuned.metrics.protocol == f"tuned on {tune_topics} / ikat23-test-provenance"
+        assert "no-personalisation" in tuned.metrics.systems and "no-levels" in tuned.metrics.systems
+        # the same qrels file, but none of the evaluated turns was tuned on: held out, not "tuned on test"
+        assert all(t.split("_")[0] in test_convs for t in tuned.metrics.systems["apcir"].per_turn)
+        assert not any(s.tuned_on_test for s in tuned.metrics.systems.values())
+        assert (tuned_cfg.run_dir / "tune" / "lists" / "third.run").exists()
+
+        base["name"], base["output_dir"] = "fromfile", str(root / "fromfile")
+        base["fusion"]["weights"] = {"source": "file", "file": str(tuned_cfg.run_dir / "weights.json")}
+        from_file = run_experiment(ExperimentConfig.model_validate(base), progress=False)
+    assert from_file.metrics is not None
+    assert from_file.metrics.systems["apcir"].means == tuned.metrics.systems["apcir"].means
+
+    base["name"], base["output_dir"] = "ontest", str(root / "ontest")
+    base["turns"] = chosen  # now the evaluated turns include the tuning conversations
+    with FakeOpenAI() as server:
+        base["reformulator"]["base_url"] = server.url
+        on_test = run_experiment(ExperimentConfig.model_validate(base), progress=False)
+    assert on_test.metrics is not None and on_test.metrics.systems["apcir"].tuned_on_test

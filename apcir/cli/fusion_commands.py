@@ -278,13 +278,12 @@ def fuse_command(
 
 
 def _label(weights, qrels: Qrels) -> tuple[str, int]:  # type: ignore[no-untyped-def]
-    from apcir.fusion.tuning import turn_fingerprint
+    from apcir.fusion.tuning import tuned_on_overlap
 
-    tuned = weights.tuned_on.turn_fingerprints
-    overlap = sum(1 for t, grades in qrels.items() if tuned.get(t) == turn_fingerprint(grades))
+    overlap = tuned_on_overlap(weights, qrels)
     if overlap:
         return f"TUNED ON TEST ({overlap} evaluated turns were tuning turns)", overlap
-    if not tuned:
+    if overlap is None:
         return "unknown tuning data (weights file does not list its tuning turns)", 0
     return "held-out (no evaluated turn was a tuning turn)", 0
 

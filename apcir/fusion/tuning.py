@@ -62,6 +62,17 @@ def turn_fingerprint(grades: Mapping[str, int]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+def tuned_on_overlap(weights: WeightsFile, qrels: Qrels) -> int | None:
+    """How many judged turns of ``qrels`` the weights were tuned on (same id, same judgements).
+
+    ``None`` when the weights file does not list its tuning turns.
+    """
+    tuned = weights.tuned_on.turn_fingerprints
+    if not tuned:
+        return None
+    return sum(1 for t, grades in qrels.items() if tuned.get(t) == turn_fingerprint(grades))
+
+
 def tuning_turns(runs: Sequence[Run], qrels: Qrels) -> list[str]:
     """Turns that are judged and in at least one run, sorted."""
     return sorted(t for t in align_runs(runs).turns if t in qrels)
