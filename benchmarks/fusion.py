@@ -67,9 +67,9 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from apcir.evaluation import parse_measures
     from apcir.fusion.grid import GridSearch, divisions, simplex_points
     from apcir.fusion.tuning import tune_weights
+    from apcir.metrics import parse_measures
 
     console = Console()
     t0 = time.perf_counter()

@@ -7,7 +7,7 @@ import pytest
 import pytrec_eval
 
 from apcir import datasets
-from apcir.export.trec import write_run
+from apcir.contract.runs import write_run
 
 
 def test_datasets_json_counts(run_cli):

@@ -9,9 +9,9 @@ import pytest
 from nbclient import NotebookClient
 
 from apcir import datasets
-from apcir.config import load_config
-from apcir.export.validate import validate_submission
-from apcir.pipeline import resolve_config_path, run_experiment
+from apcir.experiment.config import load_config, resolve_config_path
+from apcir.experiment.pipeline import run_experiment
+from apcir.export.stage import validate_submission
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent

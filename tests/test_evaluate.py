@@ -7,8 +7,8 @@ import pytrec_eval
 
 from apcir import datasets
 from apcir.errors import ApcirError
-from apcir.evaluation import MEASURE_SETS, evaluate, parse_measures
-from apcir.evaluation.measures import parse_measure
+from apcir.metrics import MEASURE_SETS, evaluate, parse_measures
+from apcir.metrics.measures import parse_measure
 
 # apcir name -> pytrec_eval measure spec and result key, written out independently of apcir's mapping.
 TREC_EVAL = {

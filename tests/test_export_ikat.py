@@ -3,9 +3,18 @@ import json
 import pytest
 
 from apcir import datasets
-from apcir.export.ikat import build_submission, write_submission
-from apcir.export.validate import detect_format, validate_submission
-from apcir.llm.schema import ReformulationOutput, ReformulationRecord
+from apcir.contract.reformulations import ReformulationOutput, ReformulationRecord
+from apcir.export.common import SubmissionInputs
+from apcir.export.stage import build_submission as build_format
+from apcir.export.stage import detect_format, save_submission, validate_submission
+
+
+def build_submission(run, turns, *, fmt, **kwargs):
+    return build_format(SubmissionInputs(run=run, turns=turns, **kwargs), fmt)
+
+
+def write_submission(data, path):
+    save_submission(data, path)
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,9 @@ import json
 import pytest
 from test_fusion_data import random_case
 
+from apcir.contract.levels import load_levels, write_levels
+from apcir.contract.runs import write_run
 from apcir.datasets import write_qrels
-from apcir.export.trec import write_run
-from apcir.fusion.levels import load_levels, write_levels
 
 
 @pytest.fixture

@@ -6,9 +6,9 @@ import pytrec_eval
 from test_fusion_data import random_case
 
 from apcir.errors import ApcirError
-from apcir.evaluation import evaluate, parse_measures
 from apcir.fusion.grid import GridSearch, divisions, select_best, simplex_points
 from apcir.fusion.linear import fuse_per_turn
+from apcir.metrics import evaluate, parse_measures
 
 OBJECTIVES = ["paper", "nDCG@3", "MRR", "P@5,MAP@10,nDCG", "Recall@1000,nDCG@1000"]
 

@@ -1,8 +1,9 @@
 import numpy as np
 import pytest
 
+from apcir.contract.runs import trec_order
 from apcir.errors import ApcirError
-from apcir.fusion.linear import fuse_scores, trec_order, turn_matrix
+from apcir.fusion.linear import fuse_scores, turn_matrix
 from apcir.fusion.normalise import normalise
 
 

@@ -2,12 +2,12 @@ import pytest
 from test_fusion_data import random_case
 from test_fusion_grid import brute_force
 
+from apcir.contract.weights import load_weights
 from apcir.errors import ApcirError
-from apcir.evaluation import evaluate, parse_measures
 from apcir.fusion.grid import select_best
 from apcir.fusion.linear import fuse_linear
 from apcir.fusion.tuning import conversation_folds, cross_validate, no_third, tune_weights
-from apcir.fusion.weights import load_weights
+from apcir.metrics import evaluate, parse_measures
 
 
 def test_tuned_weights_are_the_brute_force_best_per_level_and_reapply_exactly(tmp_path):

@@ -7,10 +7,10 @@ import threading
 
 import pytest
 
+from apcir.contract.reformulations import Usage
 from apcir.errors import ApcirError
 from apcir.llm.accounting import DEFAULT_PRICES, Accounting, load_prices, price_of
 from apcir.llm.cache import CachedAnswer, ResponseCache, cache_key, default_cache_dir
-from apcir.llm.schema import Usage
 
 
 def test_key_depends_on_model_messages_and_params():

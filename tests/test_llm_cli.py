@@ -12,7 +12,7 @@ import pytest
 from fake_openai import FakeOpenAI, Reply
 
 from apcir import datasets
-from apcir.llm.schema import load_reformulations
+from apcir.contract.reformulations import load_reformulations
 
 SECRET = "sk-test-SECRET-77e1b0"
 

@@ -9,14 +9,15 @@ import pytest
 from fake_openai import FakeOpenAI, Reply
 
 from apcir import datasets
+from apcir.contract.reformulations import load_reformulations
 from apcir.errors import ApcirError
-from apcir.llm.client import LLMAuthError, LLMFatalError, RetryPolicy
-from apcir.llm.prompt import PromptOptions
-from apcir.llm.reformulate import reformulate
-from apcir.llm.schema import load_reformulations
+from apcir.llm.client import LLMAuthError, LLMFatalError
+from apcir.reformulate.options import ReformulatorOptions
+from apcir.reformulate.prompt import PromptOptions
+from apcir.reformulate.stage import reformulate
 
 SECRET = "sk-test-SECRET-4f9a2c"
-FAST = RetryPolicy(max_retries=3, base_delay=0.001, max_delay=0.01)
+KEY_ENV = "APCIR_TEST_SECRET_KEY"
 
 
 @pytest.fixture(autouse=True)
@@ -36,17 +37,23 @@ def turns():
     return datasets.topics("ikat23-test")
 
 
-def run(server, turns, tmp_path, out="out.jsonl", **kwargs):
+def options(llm="gpt-4o", **kwargs):
+    """Options as a config or the command line would give them (a fast retry policy for the tests)."""
+    kwargs.setdefault("max_retries", 3)
+    kwargs.setdefault("retry_delay", 0.001)
+    if "cache_dir" in kwargs:
+        kwargs["cache_dir"] = str(kwargs["cache_dir"])
+    return ReformulatorOptions(llm=llm, **kwargs)
+
+
+def run(server, turns, tmp_path, out="out.jsonl", refresh=False, **kwargs):
+    import os
+
+    os.environ[KEY_ENV] = SECRET
     kwargs.setdefault("cache_dir", tmp_path / "cache")
-    kwargs.setdefault("retry", FAST)
     return reformulate(
-        turns,
-        "gpt-4o",
-        tmp_path / out,
-        base_url=server.url,
-        api_key=SECRET,
+        turns, options(base_url=server.url, api_key_env=KEY_ENV, **kwargs), tmp_path / out, refresh=refresh,
         progress=False,
-        **kwargs,
     )
 
 
@@ -95,7 +102,7 @@ def test_cache_hit_makes_zero_requests(server, turns, tmp_path):
 
 def test_a_changed_prompt_is_a_cache_miss(server, turns, tmp_path):
     run(server, turns[:2], tmp_path, out="a.jsonl")
-    run(server, turns[:2], tmp_path, out="b.jsonl", prompt_options=PromptOptions(cot=False))
+    run(server, turns[:2], tmp_path, out="b.jsonl", prompt=PromptOptions(cot=False))
     assert server.count == 4
     assert (
         "reasoning"
@@ -215,22 +222,18 @@ def test_the_api_key_is_never_written(server, turns, tmp_path, capsys):
 
 def test_missing_key_for_openai_is_a_clear_error(turns, tmp_path):
     with pytest.raises(ApcirError, match="no API key: set OPENAI_API_KEY"):
-        reformulate(
-            turns[:1], "gpt-4o", tmp_path / "o.jsonl", cache_dir=tmp_path / "c", progress=False
-        )
+        reformulate(turns[:1], options(cache_dir=tmp_path / "c"), tmp_path / "o.jsonl", progress=False)
     assert not (tmp_path / "c").exists() or not any((tmp_path / "c").rglob("*.json"))
 
 
 def test_fully_cached_rerun_needs_no_key(server, turns, tmp_path):
     run(server, turns[:2], tmp_path, out="a.jsonl")
-    summary = reformulate(
-        turns[:2], "gpt-4o", tmp_path / "b.jsonl", cache_dir=tmp_path / "cache", progress=False
-    )
+    summary = reformulate(turns[:2], options(cache_dir=tmp_path / "cache"), tmp_path / "b.jsonl", progress=False)
     assert summary.cache_hits == 2 and summary.requests == 0
 
 
 def test_output_of_another_model_is_refused(server, turns, tmp_path):
-    reformulate(turns[:2], "heuristic", tmp_path / "out.jsonl", progress=False)
+    reformulate(turns[:2], options("heuristic"), tmp_path / "out.jsonl", progress=False)
     with pytest.raises(ApcirError, match="already holds records of heuristic"):
         run(server, turns[:2], tmp_path)
     assert server.count == 0

@@ -8,10 +8,12 @@ import socket
 import pytest
 
 from apcir import datasets
-from apcir.llm.offline import heuristic_output, manual_output, offline_record, ptkb_similarities
-from apcir.llm.reformulate import is_offline, reformulate
-from apcir.llm.schema import load_reformulations
-from apcir.models import HistoryEntry, Turn
+from apcir.contract.records import HistoryEntry, Turn
+from apcir.contract.reformulations import load_reformulations
+from apcir.reformulate.offline import heuristic_output, manual_output, offline_record, ptkb_similarities
+from apcir.reformulate.options import ReformulatorOptions
+from apcir.reformulate.registry import is_offline
+from apcir.reformulate.stage import reformulate
 
 
 @pytest.fixture
@@ -112,7 +114,7 @@ def test_heuristic_rewrite_uses_history_and_previous_response():
 def test_offline_reformulate_all_ikat23_turns_without_network(tmp_path, no_network, model):
     turns = datasets.topics("ikat23-test")
     out = tmp_path / f"{model}.jsonl"
-    summary = reformulate(turns, model, out, progress=False)
+    summary = reformulate(turns, ReformulatorOptions(llm=model), out, progress=False)
     assert summary.written == summary.ok == 332 and summary.requests == 0
     records = load_reformulations(out)
     assert len(records) == 332 and all(
@@ -130,7 +132,7 @@ def test_offline_reformulate_all_ikat23_turns_without_network(tmp_path, no_netwo
     summary_file = json.loads((tmp_path / f"{model}.summary.json").read_text())
     assert summary_file["ok"] == 332 and summary_file["levels"] == summary.levels
     # A second run resumes: everything is already there.
-    again = reformulate(turns, model, out, progress=False)
+    again = reformulate(turns, ReformulatorOptions(llm=model), out, progress=False)
     assert again.skipped == 332 and again.written == 0
     assert len(out.read_text().splitlines()) == 332
 

@@ -7,12 +7,12 @@ import json
 import pytest
 
 from apcir import datasets
-from apcir.llm.demonstrations import (
+from apcir.reformulate.demonstrations import (
     builtin_demonstrations,
     same_conversation,
     select_demonstrations,
 )
-from apcir.llm.prompt import PromptOptions, build_prompt, output_schema, parse_answer, prompt_hash
+from apcir.reformulate.prompt import PromptOptions, build_prompt, output_schema, parse_answer, prompt_hash
 
 
 @pytest.fixture(scope="module")

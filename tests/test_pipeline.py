@@ -9,9 +9,9 @@ import pytest
 from fake_openai import FakeOpenAI, Reply, default_content
 
 from apcir import datasets
-from apcir.config import ExperimentConfig
-from apcir.fusion import load_levels
-from apcir.pipeline import run_experiment
+from apcir.contract.levels import load_levels
+from apcir.experiment.config import ExperimentConfig
+from apcir.experiment.pipeline import run_experiment
 from apcir.retrieval.build import build_index
 
 pytestmark = pytest.mark.slow
@@ -82,7 +82,7 @@ def test_second_run_makes_no_llm_requests_and_no_retrieval_calls(small, tmp_path
         assert second.metrics == metrics
 
         changed = run_experiment(config(small, server, norm="max"), progress=False)
-        assert [o.name for o in changed.outcomes if o.ran] == ["fuse+evaluate"]
+        assert [o.name for o in changed.outcomes if o.ran] == ["fuse", "export", "evaluate"]
         assert server.count == len(chosen)
 
 

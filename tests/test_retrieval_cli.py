@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("sentence_transformers")
 
 from apcir import datasets
-from apcir.export.trec import load_run
+from apcir.contract.runs import load_run
 
 
 def write_collection(path: Path, records: list[dict]) -> Path:

@@ -176,12 +176,13 @@ def test_unfinished_build_with_other_settings_is_refused(tmp_path, small_collect
         build_index(small_collection, "embedded", out, encoder=encoder, shard="1/3", progress=False)
 
 
-def test_exact_top_k_breaks_ties_by_passage_id():
+def test_exact_top_k_breaks_ties_by_passage_id_as_trec_eval_does():
     postings = sp.csr_matrix(np.array([[1.0, 2.0, 2.0, 0.0, 2.0]], dtype=np.float32))
     ids = ["e", "d", "c", "b", "a"]
     query = sp.csr_matrix(np.array([[1.0]], dtype=np.float32))
-    assert search_matrix(postings, ids, query, 2) == [{"a": 2.0, "c": 2.0}]
-    assert search_matrix(postings, ids, query, 10) == [{"a": 2.0, "c": 2.0, "d": 2.0, "e": 1.0}]
+    assert list(search_matrix(postings, ids, query, 2)[0].items()) == [("d", 2.0), ("c", 2.0)]
+    assert list(search_matrix(postings, ids, query, 10)[0].items()) == [("d", 2.0), ("c", 2.0), ("a", 2.0),
+                                                                         ("e", 1.0)]
 
 
 @pytest.mark.parametrize("text", ["x", "1/0", "3/3", "-1/2", "a/b"])

@@ -1,7 +1,7 @@
 import pytest
 
+from apcir.contract.runs import load_run, read_run_file, validate_run, write_run
 from apcir.errors import ApcirError
-from apcir.export.trec import load_run, read_run_file, validate_run, write_run
 
 
 def test_write_then_read_round_trip_with_deterministic_ties(tmp_path):
@@ -12,11 +12,28 @@ def test_write_then_read_round_trip_with_deterministic_ties(tmp_path):
     assert lines == [
         "0_8 Q0 x 1 0.1 t1",
         "9-1_3 Q0 c 1 2.5 t1",
-        "9-1_3 Q0 a 2 1.0 t1",
-        "9-1_3 Q0 b 3 1.0 t1",
+        "9-1_3 Q0 b 2 1.0 t1",
+        "9-1_3 Q0 a 3 1.0 t1",
     ]
     parsed = read_run_file(path)
     assert parsed.run == run and parsed.tag == "t1" and parsed.problems == []
+
+
+@pytest.mark.parametrize("first, second", [(0.30000001, 0.3000000100001), (1.0, 1.0), (2.5e-7, 2.5000001e-7)])
+def test_written_ranks_are_the_ranks_trec_eval_evaluates(tmp_path, first, second):
+    import pytrec_eval
+
+    from apcir.contract.runs import ranking
+
+    scores = {"p-a": first, "p-b": second, "p-c": 0.0}
+    path = tmp_path / "run.txt"
+    write_run({"1_1": scores}, path)
+    top = path.read_text().splitlines()[0].split()[2]
+    assert top == ranking(scores)[0][0]
+    # trec_eval's rank 1 is the one relevant passage exactly when P@1 is 1
+    evaluator = pytrec_eval.RelevanceEvaluator({"1_1": {top: 1}}, {"P.1"})
+    assert evaluator.evaluate({"1_1": scores})["1_1"]["P_1"] == 1.0
+    assert read_run_file(path).problems == []
 
 
 def test_depth_cuts_each_turn(tmp_path):

@@ -3,7 +3,7 @@ import random
 import pytest
 from scipy import stats
 
-from apcir.evaluation.significance import paired_t_tests
+from apcir.metrics.significance import paired_t_tests
 
 
 def test_bonferroni_and_markers():

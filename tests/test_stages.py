@@ -1,4 +1,4 @@
-from apcir.stages import StageLedger, fingerprint
+from apcir.experiment.ledger import StageLedger, fingerprint
 
 
 def test_stage_reruns_only_when_inputs_change(tmp_path):

@@ -1,15 +1,20 @@
-"""Shared pieces of the commands: consoles and JSON output."""
+"""Shared pieces of the commands: consoles, JSON output, tables, and settings built from options."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, TypeVar
 
-from rich.console import Console
+from pydantic import BaseModel, ValidationError
 from rich.table import Table
 
-console = Console()
-err_console = Console(stderr=True)
+from apcir.console import err as err_console
+from apcir.console import out as console
+from apcir.errors import ApcirError
+
+__all__ = ["console", "err_console", "means_table", "print_json", "settings"]
+
+M = TypeVar("M", bound=BaseModel)
 
 
 def print_json(data: Any) -> None:
@@ -25,3 +30,16 @@ def means_table(title: str, measures: dict[str, float]) -> Table:
     for name, value in measures.items():
         table.add_row(name, f"{value:.4f}")
     return table
+
+
+def settings(model: type[M], **values: Any) -> M:
+    """A stage's settings record from command-line values (None: the default); a bad value names its option."""
+    given = {k: v for k, v in values.items() if v is not None}
+    try:
+        return model.model_validate(given)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        option = "--" + str(first["loc"][-1]).replace("_", "-") if first["loc"] else "an option"
+        given_value = first.get("input")
+        shown = f" {given_value!r}" if isinstance(given_value, (str, int, float)) else ""
+        raise ApcirError(f"{option}{shown}: {first['msg']}") from None

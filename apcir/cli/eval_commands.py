@@ -1,4 +1,4 @@
-"""``apcir evaluate``: trec_eval numbers for a run."""
+"""``apcir evaluate``: trec_eval numbers for one run, or a comparison of several with paired t-tests."""
 
 from __future__ import annotations
 
@@ -9,69 +9,114 @@ from rich.table import Table
 
 from apcir import datasets
 from apcir.cli.common import console, err_console, means_table, print_json
-from apcir.evaluation import evaluate, parse_measures
-from apcir.export.trec import read_run_file
+from apcir.contract.runs import read_run_file
+from apcir.evaluation.stage import compare_runs
+
+
+def _labels(paths: list[Path]) -> list[str]:
+    """Short, distinct labels: file names, or the paths when two runs share a name."""
+    names = [p.name for p in paths]
+    return names if len(set(names)) == len(names) else [str(p) for p in paths]
 
 
 def evaluate_command(
-    run: Path = typer.Argument(..., help="TREC run file."),
+    runs: list[Path] = typer.Argument(..., help="One or more TREC run files; the first is the baseline by default."),
     qrels: str = typer.Option(..., "--qrels", "-q", help="Bundled qrels name (ikat23-test) or a qrels file."),
     measures: list[str] = typer.Option(
         ["paper"], "--measures", "-m", help="Set names (paper, ikat) or measures (nDCG@3, MRR, P@20, ...)."
     ),
     rel_threshold: int = typer.Option(
-        1, "--rel-threshold", "-l", help="Lowest grade counted relevant by binary measures (trec_eval -l)."
+        1, "--rel-threshold", "-l", min=1, help="Lowest grade counted relevant by binary measures (trec_eval -l)."
     ),
     complete: bool = typer.Option(
         False, "--complete", "-c", help="Judged turns missing from the run count as 0 (trec_eval -c)."
     ),
+    baseline: Path | None = typer.Option(
+        None, "--baseline", "-b", help="With several runs: the run the others are tested against (default: the first)."
+    ),
     per_turn: bool = typer.Option(False, "--per-turn", help="Also report every turn's values."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
-    """Evaluate a run with trec_eval's measures (through pytrec_eval)."""
-    run_file = read_run_file(run)
-    for problem in run_file.problems:
-        err_console.print(f"[yellow]warning:[/] {run}: {problem}", highlight=False)
-    result = evaluate(
-        run_file.run,
-        datasets.qrels(qrels),
-        parse_measures(measures),
-        rel_threshold=rel_threshold,
-        complete=complete,
-    )
+    """Evaluate runs with trec_eval's measures (through pytrec_eval); several runs are compared in one table."""
+    paths = list(runs)
+    if baseline is not None and baseline not in paths:
+        paths.insert(0, baseline)
+    labels = _labels(paths)
+    loaded = {}
+    for label, path in zip(labels, paths):
+        run_file = read_run_file(path)
+        for problem in run_file.problems:
+            err_console.print(f"[yellow]warning:[/] {path}: {problem}", highlight=False)
+        loaded[label] = run_file.run
+    base = labels[paths.index(baseline)] if baseline is not None else labels[0]
+    comparison = compare_runs(loaded, datasets.qrels(qrels), measures, baseline=base, rel_threshold=rel_threshold,
+                              complete=complete)
     if as_json:
-        payload: dict[str, object] = {"measures": result.measures}
-        if per_turn:
-            payload["per_turn"] = result.per_turn
-        payload.update(
-            rel_threshold=result.rel_threshold,
-            complete=result.complete,
-            evaluated_turns=result.evaluated_turns,
-            unjudged_run_turns=len(result.unjudged_run_turns),
-            missing_judged_turns=len(result.missing_judged_turns),
-        )
-        print_json(payload)
+        _print_json(comparison, labels, per_turn, rel_threshold, complete)
         return
     if per_turn:
-        table = Table(title=f"{run.name} per turn")
-        table.add_column("turn")
-        for name in result.measures:
-            table.add_column(name, justify="right")
-        for turn, values in result.per_turn.items():
-            table.add_row(turn, *(f"{v:.4f}" for v in values.values()))
-        console.print(table)
-    console.print(means_table(f"{run.name} vs {qrels}", result.measures))
+        for label, result in comparison.evaluations.items():
+            table = Table(title=f"{label} per turn")
+            table.add_column("turn")
+            for name in result.measures:
+                table.add_column(name, justify="right")
+            for turn, values in result.per_turn.items():
+                table.add_row(turn, *(f"{v:.4f}" for v in values.values()))
+            console.print(table)
+    if len(loaded) == 1:
+        only = next(iter(comparison.evaluations.values()))
+        console.print(means_table(f"{labels[0]} vs {qrels}", only.measures))
+    else:
+        console.print(_comparison_table(comparison, qrels))
     averaging = (
         "judged turns missing from the run count as 0 (trec_eval -c)"
         if complete
         else "mean over turns both in the run and judged (trec_eval default)"
     )
-    console.print(
-        f"relevance threshold for binary measures: grade >= {rel_threshold}; {averaging}; "
-        f"{result.evaluated_turns} turns averaged, {len(result.missing_judged_turns)} judged turns "
-        f"not in the run, {len(result.unjudged_run_turns)} run turns unjudged",
-        highlight=False,
-    )
+    for label, result in comparison.evaluations.items():
+        console.print(
+            f"{label}: {result.evaluated_turns} turns averaged, {len(result.missing_judged_turns)} judged turns "
+            f"not in the run, {len(result.unjudged_run_turns)} run turns unjudged",
+            highlight=False,
+        )
+    console.print(f"relevance threshold for binary measures: grade >= {rel_threshold}; {averaging}", highlight=False)
+
+
+def _comparison_table(comparison, qrels: str) -> Table:  # type: ignore[no-untyped-def]
+    others = len(comparison.evaluations) - 1
+    table = Table(title=f"runs vs {qrels}; † / ↓: significantly better / worse than {comparison.baseline} "
+                        f"(paired t-test, p < 0.05, Bonferroni over {others} run(s))")
+    table.add_column("run")
+    for name in comparison.measures:
+        table.add_column(name, justify="right")
+    marks = {(t.system, t.measure): t for t in comparison.tests}
+    for label, result in comparison.evaluations.items():
+        cells = []
+        for name in comparison.measures:
+            test = marks.get((label, name))
+            cells.append(f"{result.measures[name]:.4f}{test.marker if test else ''}")
+        table.add_row(label + (" (baseline)" if label == comparison.baseline else ""), *cells)
+    return table
+
+
+def _print_json(comparison, labels, per_turn, rel_threshold, complete) -> None:  # type: ignore[no-untyped-def]
+    def one(result) -> dict[str, object]:  # type: ignore[no-untyped-def]
+        payload: dict[str, object] = {"measures": result.measures}
+        if per_turn:
+            payload["per_turn"] = result.per_turn
+        payload.update(rel_threshold=rel_threshold, complete=complete, evaluated_turns=result.evaluated_turns,
+                       unjudged_run_turns=len(result.unjudged_run_turns),
+                       missing_judged_turns=len(result.missing_judged_turns))
+        return payload
+
+    if len(labels) == 1:
+        print_json(one(comparison.evaluations[labels[0]]))
+        return
+    print_json({
+        "baseline": comparison.baseline,
+        "runs": {label: one(result) for label, result in comparison.evaluations.items()},
+        "tests": [t.model_dump() for t in comparison.tests],
+    })
 
 
 def register(app: typer.Typer) -> None:

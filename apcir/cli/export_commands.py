@@ -7,19 +7,22 @@ from pathlib import Path
 import typer
 
 from apcir import datasets
-from apcir.cli.common import console, err_console
+from apcir.cli.common import console, err_console, settings
+from apcir.contract.reformulations import load_reformulations
+from apcir.contract.runs import ranking, read_run_file, validate_run
 from apcir.errors import ApcirError
-from apcir.export.ikat import FORMATS, build_submission, write_submission
-from apcir.export.trec import read_run_file, validate_run
-from apcir.export.validate import CLUEWEB_ID, validate_submission
-from apcir.llm.schema import load_reformulations
+from apcir.export.common import CLUEWEB_ID, SubmissionInputs
+from apcir.export.formats import FORMATS
+from apcir.export.settings import ExportSettings
+from apcir.export.stage import validate_submission, write_submission
+from apcir.io import iter_lines
 
 
 def export_command(
     run: Path = typer.Argument(..., help="TREC run file (e.g. the fused run)."),
     topics: str = typer.Option(..., "--topics", "-t", help="Topic set name or file."),
     out: Path = typer.Option(..., "--out", "-o", help="Submission file to write (.json, or .jsonl for ikat25)."),
-    fmt: str = typer.Option("ikat24", "--format", "-f", help=f"One of {', '.join(FORMATS)}."),
+    fmt: str = typer.Option("ikat24", "--format", "-f", help=f"One of: {FORMATS.help()}."),
     reformulations: Path | None = typer.Option(
         None, "--reformulations", "-r", help="Reformulations JSONL: PTKB provenance and pseudo-responses."
     ),
@@ -32,37 +35,33 @@ def export_command(
     team_id: str = typer.Option("apcir", "--team-id", help="Team id (2025 metadata)."),
 ) -> None:
     """Export a TREC run as an iKAT submission (2023/2024 JSON or 2025 JSONL)."""
-    if text not in ("pseudo", "passage"):
-        raise ApcirError(f"--text must be 'pseudo' or 'passage', not {text!r}")
+    options = settings(ExportSettings, format=fmt, text=text, run_type=run_type, team_id=team_id)
     run_file = read_run_file(run)
     turns = datasets.topics(topics)
-    passages = (
-        {p.id: p.contents for p in datasets.iter_collection(datasets.collection_path(collection))} if collection else {}
-    )
+    used_top = 5
+    needed = {p for hits in run_file.run.values() for p, _ in ranking(hits, used_top)}
+    passages = datasets.passage_texts(datasets.collection_path(collection), needed) if collection else {}
     records = load_reformulations(reformulations) if reformulations else {}
-    data = build_submission(
-        run_file.run,
-        turns,
-        fmt=fmt,  # type: ignore[arg-type]
-        run_name=run_name or run_file.tag or run.stem,
-        run_type=run_type,
-        team_id=team_id,
-        reformulations=records,
-        passages=passages,
-        mode=text,  # type: ignore[arg-type]
-    )
-    write_submission(data, out)
-    console.print(f"wrote {fmt} submission for {len(turns)} turns to {out}; check it with: apcir validate {out} --topics {topics}")
+    inputs = SubmissionInputs(run=run_file.run, turns=turns, run_name=run_name or run_file.tag or run.stem,
+                              run_type=options.run_type, team_id=options.team_id, reformulations=records,
+                              passages=passages, mode=options.text, used_top=used_top)
+    write_submission(inputs, options.format, out)
+    console.print(f"wrote {options.format} submission for {len(turns)} turns to {out}; check it with: "
+                  f"apcir validate {out} --topics {topics}")
 
 
 def validate_command(
     path: Path = typer.Argument(..., help="iKAT submission (.json / .jsonl) or TREC run file."),
     topics: str = typer.Option(..., "--topics", "-t", help="Topic set name or file."),
-    fmt: str | None = typer.Option(None, "--format", "-f", help="Force a format: ikat23, ikat24, ikat25 or trec."),
+    fmt: str | None = typer.Option(
+        None, "--format", "-f", help=f"Force a format: {', '.join(FORMATS.names())} or trec."
+    ),
 ) -> None:
     """Check a submission offline as the organisers' validators do; print every problem."""
     if not path.exists():
         raise ApcirError("file not found", path=path)
+    if fmt is not None and fmt != "trec":
+        FORMATS.get(fmt)
     turns = datasets.topics(topics)
     if fmt == "trec" or (fmt is None and _looks_like_trec(path)):
         run_file = read_run_file(path)
@@ -84,10 +83,9 @@ def validate_command(
 
 
 def _looks_like_trec(path: Path) -> bool:
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if line.strip():
-                return len(line.split()) == 6 and not line.lstrip().startswith("{")
+    for _, line in iter_lines(path, "file"):
+        if line.strip():
+            return len(line.split()) == 6 and not line.lstrip().startswith("{")
     return False
 
 

@@ -1,4 +1,8 @@
-"""``apcir tune``, ``apcir fuse`` and ``apcir baseline``: per-level fusion weights and fused runs."""
+"""``apcir tune``, ``apcir fuse`` and ``apcir baseline``: per-level fusion weights and fused runs.
+
+Each command builds the fusion stage's inputs from its options and calls the
+same functions as ``apcir run`` (:mod:`apcir.fusion.protocol`, :mod:`apcir.fusion.systems`).
+"""
 
 from __future__ import annotations
 
@@ -8,19 +12,22 @@ import typer
 from rich.table import Table
 
 from apcir import datasets
-from apcir.cli.common import console, err_console, means_table, print_json
+from apcir.cli.common import console, err_console, means_table, print_json, settings
+from apcir.contract.levels import load_levels
+from apcir.contract.records import Run
+from apcir.contract.reformulations import LIST_NAMES, load_reformulations
+from apcir.contract.runs import read_run_file, write_run
+from apcir.contract.weights import WeightsFile, load_weights
 from apcir.errors import ApcirError
-from apcir.evaluation import evaluate
-from apcir.export.trec import read_run_file, write_run
-from apcir.models import Qrels, Run
+from apcir.fusion.settings import TuningSettings
+from apcir.fusion.systems import SYSTEMS
 
 _EXTRA = {"allow_extra_args": True}
 _RUNS_HELP = "The run files to fuse, in weight order (q', q'+r', third): --runs A B C."
+BASELINES = tuple(n for n in SYSTEMS.names() if SYSTEMS.get(n).kind != "retrieved" and n != "apcir")
 
 
-def _runs(
-    ctx: typer.Context, first: list[Path], expected: int | None = None
-) -> tuple[list[Run], list[str]]:
+def _runs(ctx: typer.Context, first: list[Path], expected: int | None = None) -> tuple[list[Run], list[str]]:
     """Run files from ``--runs A B C`` (click leaves B and C as extra arguments) or repeated ``--runs``."""
     extra = list(ctx.args)
     unknown = [a for a in extra if a.startswith("-")]
@@ -28,9 +35,7 @@ def _runs(
         raise ApcirError(f"unknown option(s): {' '.join(unknown)}")
     paths = list(first) + [Path(a) for a in extra]
     if expected is not None and len(paths) != expected:
-        raise ApcirError(
-            f"--runs: the weights file has {expected} weights per level, but {len(paths)} run(s) were given"
-        )
+        raise ApcirError(f"--runs: the weights file has {expected} weights per level, but {len(paths)} run(s) were given")
     if len(paths) < 2:
         raise ApcirError(f"--runs needs at least 2 run files (the paper fuses 3), got {len(paths)}")
     runs = []
@@ -50,10 +55,10 @@ def _warn_alignment(runs: list[Run], names: list[str], strict: bool) -> None:
         err_console.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
 
 
-def _weights_table(title: str, weights, show_scores: bool = True) -> Table:  # type: ignore[no-untyped-def]
+def _weights_table(title: str, weights: WeightsFile, show_scores: bool = True) -> Table:
     table = Table(title=title)
     table.add_column("level")
-    for i in range(len(next(iter(weights.levels.values())).weights)):
+    for i in range(weights.n_weights):
         table.add_column(f"w{i + 1}", justify="right")
     table.add_column("turns", justify="right")
     if show_scores:
@@ -68,9 +73,7 @@ def _weights_table(title: str, weights, show_scores: bool = True) -> Table:  # t
         cells = [level, *(f"{w:.2f}" for w in lw.weights), str(lw.n_turns)]
         if show_scores:
             cells.append("" if lw.score is None else f"{lw.score:.4f}")
-            cells.extend(
-                f"{lw.measures[n]:.4f}" if n in lw.measures else "" for n in weights.objective
-            )
+            cells.extend(f"{lw.measures[n]:.4f}" if n in lw.measures else "" for n in weights.objective)
         cells.append("fallback: " + lw.note if lw.fallback else "")
         table.add_row(*cells)
     return table
@@ -79,144 +82,95 @@ def _weights_table(title: str, weights, show_scores: bool = True) -> Table:  # t
 def tune_command(
     ctx: typer.Context,
     runs: list[Path] = typer.Option(..., "--runs", "-r", help=_RUNS_HELP),
-    levels: Path = typer.Option(
-        ..., "--levels", help="Levels: TSV 'turn_id<TAB>level' or the reformulations JSONL."
+    levels: Path = typer.Option(..., "--levels", help="Levels: TSV 'turn_id<TAB>level' or the reformulations JSONL."),
+    qrels: str = typer.Option(..., "--qrels", "--tune-on", "-q", help="Qrels to tune on: bundled name or file."),
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="Where to write weights.json (needed unless --cv, which may write only --cv-run)."
     ),
-    qrels: str = typer.Option(
-        ..., "--qrels", "--tune-on", "-q", help="Qrels to tune on: bundled name or file."
-    ),
-    out: Path = typer.Option(..., "--out", "-o", help="Where to write weights.json."),
-    step: str = typer.Option(
-        "0.01", "--step", help="Grid step; must divide 1 (0.01 = 5151 points for 3 runs)."
-    ),
+    step: str = typer.Option("0.01", "--step", help="Grid step; must divide 1 (0.01 = 5151 points for 3 runs)."),
     objective: list[str] = typer.Option(
-        ["paper"],
-        "--objective",
+        ["paper"], "--objective",
         help="Measure(s) to maximise, summed: 'paper' (MRR+nDCG@3+Recall@10+Recall@100), nDCG@3, ...",
     ),
-    norm: str = typer.Option(
-        "minmax", "--norm", help="Per-list normalisation: minmax, max, zscore, none."
+    norm: str = typer.Option("minmax", "--norm", help="Per-list normalisation: minmax, max, zscore, none."),
+    depth: int = typer.Option(1000, "--depth", min=1, help="Fused run depth (the cut is evaluated too)."),
+    rel_threshold: int = typer.Option(1, "--rel-threshold", "-l", min=1, help="Lowest grade counted relevant."),
+    missing_level: str | None = typer.Option(None, "--missing-level", help="Level for judged turns the levels file lacks."),
+    min_turns: int = typer.Option(
+        1, "--min-turns", min=0, help="A level with fewer tuning turns uses the weights tuned on all turns."
     ),
-    depth: int = typer.Option(1000, "--depth", help="Fused run depth (the cut is evaluated too)."),
-    rel_threshold: int = typer.Option(
-        1, "--rel-threshold", "-l", help="Lowest grade counted relevant."
-    ),
-    missing_level: str | None = typer.Option(
-        None, "--missing-level", help="Level for judged turns the levels file lacks."
-    ),
-    no_personalisation: bool = typer.Option(
-        False, "--no-personalisation", help="Ablation: keep the last weight at 0."
-    ),
+    no_personalisation: bool = typer.Option(False, "--no-personalisation", help="Ablation: keep the last weight at 0."),
     strict: bool = typer.Option(False, "--strict", help="A turn missing from any run is an error."),
-    cv: int = typer.Option(
-        0, "--cv", help="k-fold cross-validation by conversation (reports out-of-fold metrics)."
-    ),
+    cv: int = typer.Option(0, "--cv", help="k-fold cross-validation by conversation (reports out-of-fold metrics)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the fold assignment."),
-    cv_run: Path | None = typer.Option(
-        None, "--cv-run", help="With --cv: write the out-of-fold fused run here."
-    ),
+    cv_run: Path | None = typer.Option(None, "--cv-run", help="With --cv: write the out-of-fold fused run here."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:
     """Tune per-level fusion weights by exhaustive, exact grid search (optionally with k-fold CV)."""
-    from apcir.fusion.levels import load_levels
-    from apcir.fusion.tuning import cross_validate, no_third, tune_weights
+    from apcir.fusion.normalise import check_norm
+    from apcir.fusion.protocol import FusionInputs, search_for, tune_variants
+    from apcir.fusion.tuning import cross_validate, no_third
 
+    if out is None and not cv:
+        raise ApcirError("give --out (where to write weights.json), or --cv for out-of-fold metrics only")
+    check_norm(norm)
     run_list, names = _runs(ctx, runs)
     _warn_alignment(run_list, names, strict)
-    judgements = datasets.qrels(qrels)
-    level_map = load_levels(levels)
-    constraint = no_third if no_personalisation else None
-    weights = tune_weights(
-        run_list,
-        level_map,
-        judgements,
-        step,
-        objective,
-        norm,
-        depth,
-        rel_threshold=rel_threshold,
-        missing_level=missing_level,
-        constraint=constraint,
-        progress=not as_json,
-        qrels_name=qrels,
-        run_names=names,
-        levels_name=str(levels),
-    )
-    weights.save(out)
+    tuning = settings(TuningSettings, step=step, objective=",".join(objective), min_turns=min_turns)
+    inputs = FusionInputs(lists=run_list, levels=load_levels(levels), qrels=datasets.qrels(qrels), qrels_name=qrels,
+                          run_names=names, levels_name=str(levels))
+    search, _ = search_for(inputs, tuning, norm=norm, depth=depth, rel_threshold=rel_threshold, progress=not as_json)
+    variant = "no-personalisation" if no_personalisation else "apcir"
+    weights = tune_variants(inputs, tuning, [variant], norm=norm, depth=depth, rel_threshold=rel_threshold,
+                            missing_level=missing_level, search=search)[variant]
+    if out is not None:
+        weights.save(out)
     result = None
     if cv:
+        assert inputs.qrels is not None
         result = cross_validate(
-            run_list,
-            level_map,
-            judgements,
-            cv,
-            seed,
-            step,
-            objective,
-            norm,
-            depth,
-            rel_threshold=rel_threshold,
-            missing_level=missing_level,
-            constraint=constraint,
-            progress=not as_json,
+            run_list, inputs.levels, inputs.qrels, cv, seed, tuning.step, tuning.objective, norm, depth,
+            rel_threshold=rel_threshold, missing_level=missing_level,
+            constraint=no_third if no_personalisation else None, search=search, min_turns=min_turns,
         )
         if cv_run is not None:
             write_run(result.run, cv_run, tag="apcir-cv", depth=depth)
     if as_json:
-        payload: dict[str, object] = {"weights": weights.model_dump(), "weights_file": str(out)}
+        payload: dict[str, object] = {"weights": weights.model_dump(), "weights_file": str(out) if out else None}
         if result is not None:
             payload["cv"] = {
-                "k": result.k,
-                "seed": result.seed,
-                "label": "out-of-fold",
-                "measures": result.evaluation.measures,
+                "k": result.k, "seed": result.seed, "label": "out-of-fold", "measures": result.evaluation.measures,
                 "folds": [
-                    {
-                        "conversations": f.conversations,
-                        "test_turns": len(f.test_turns),
-                        "weights": {lv: lw.weights for lv, lw in f.weights.levels.items()},
-                        "fallback": [lv for lv, lw in f.weights.levels.items() if lw.fallback],
-                    }
+                    {"conversations": f.conversations, "test_turns": len(f.test_turns),
+                     "weights": {lv: lw.weights for lv, lw in f.weights.levels.items()},
+                     "fallback": [lv for lv, lw in f.weights.levels.items() if lw.fallback]}
                     for f in result.folds
                 ],
             }
         print_json(payload)
         return
-    console.print(
-        _weights_table(
-            f"weights tuned on {qrels} ({weights.tuned_on.turns} turns, step {step}, objective "
-            f"{' + '.join(weights.objective)}); scores are TUNED ON TEST (the turns they were tuned on)",
-            weights,
-        )
-    )
+    console.print(_weights_table(
+        f"weights tuned on {qrels} ({weights.tuned_on.turns} turns, step {step}, objective "
+        f"{' + '.join(weights.objective)}); scores are TUNED ON TEST (the turns they were tuned on)", weights))
     for level, lw in weights.levels.items():
         if lw.fallback:
             err_console.print(f"[yellow]note:[/] level {level}: {lw.note}", highlight=False)
-    console.print(f"weights written to {out}", highlight=False)
+    if out is not None:
+        console.print(f"weights written to {out}", highlight=False)
     if result is not None:
-        table = Table(
-            title=f"{cv}-fold cross-validation by conversation (seed {seed}): per-fold weights"
-        )
+        table = Table(title=f"{cv}-fold cross-validation by conversation (seed {seed}): per-fold weights")
         table.add_column("fold")
         table.add_column("held-out conversations")
         for level in weights.levels:
             table.add_column(level)
         for fold in result.folds:
             table.add_row(
-                str(fold.index + 1),
-                f"{len(fold.conversations)} ({len(fold.test_turns)} turns)",
-                *(
-                    "("
-                    + ", ".join(f"{w:.2f}" for w in lw.weights)
-                    + ")"
-                    + (" fallback" if lw.fallback else "")
-                    for lw in fold.weights.levels.values()
-                ),
+                str(fold.index + 1), f"{len(fold.conversations)} ({len(fold.test_turns)} turns)",
+                *("(" + ", ".join(f"{w:.2f}" for w in lw.weights) + ")" + (" fallback" if lw.fallback else "")
+                  for lw in fold.weights.levels.values()),
             )
         console.print(table)
-        metrics = Table(
-            title="OUT-OF-FOLD metrics (each turn fused with weights tuned without its conversation)"
-        )
+        metrics = Table(title="OUT-OF-FOLD metrics (each turn fused with weights tuned without its conversation)")
         metrics.add_column("measure")
         metrics.add_column("mean", justify="right")
         for name, value in result.evaluation.measures.items():
@@ -229,46 +183,40 @@ def tune_command(
 def fuse_command(
     ctx: typer.Context,
     runs: list[Path] = typer.Option(..., "--runs", "-r", help=_RUNS_HELP),
-    levels: Path = typer.Option(
-        ..., "--levels", help="Levels: TSV 'turn_id<TAB>level' or the reformulations JSONL."
-    ),
-    weights_path: Path = typer.Option(
-        ..., "--weights", "-w", help="weights.json from 'apcir tune'."
-    ),
+    levels: Path = typer.Option(..., "--levels", help="Levels: TSV 'turn_id<TAB>level' or the reformulations JSONL."),
+    weights_path: Path = typer.Option(..., "--weights", "-w", help="weights.json from 'apcir tune'."),
     out: Path = typer.Option(..., "--out", "-o", help="Where to write the fused TREC run."),
     tag: str = typer.Option("apcir", "--tag", help="Run tag."),
-    missing_level: str | None = typer.Option(
-        None, "--missing-level", help="Level for turns the levels file lacks."
-    ),
+    missing_level: str | None = typer.Option(None, "--missing-level", help="Level for turns the levels file lacks."),
     strict: bool = typer.Option(False, "--strict", help="A turn missing from any run is an error."),
     qrels: str | None = typer.Option(
-        None,
-        "--qrels",
-        "--apply-to",
-        "-q",
+        None, "--qrels", "--apply-to", "-q",
         help="Also evaluate the fused run on these qrels (labelled held-out or tuned-on-test).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:
     """Fuse runs (as many as weights.json has weights per level) with each turn's level weights."""
-    from apcir.fusion.levels import load_levels
-    from apcir.fusion.linear import fuse_linear
-    from apcir.fusion.weights import load_weights
+    from apcir.fusion.linear import align_runs
+    from apcir.fusion.protocol import FusionInputs, tuned_systems
+    from apcir.metrics import evaluate
 
     weights = load_weights(weights_path)
-    n_weights = len(next(iter(weights.levels.values())).weights)
-    run_list, names = _runs(ctx, runs, expected=n_weights)
+    run_list, names = _runs(ctx, runs, expected=weights.n_weights)
     _warn_alignment(run_list, names, strict)
-    fused = fuse_linear(
-        run_list, load_levels(levels), weights, strict=strict, missing_level=missing_level
-    )
+    align_runs(run_list, strict=strict, names=names)
+    judgements = datasets.qrels(qrels) if qrels is not None else None
+    target = FusionInputs(lists=run_list, levels=load_levels(levels), qrels=judgements, qrels_name=qrels or "",
+                          run_names=names, levels_name=str(levels))
+    tuned = tuned_systems("file", target, ["apcir"], settings=TuningSettings(), norm=weights.norm,
+                          depth=weights.depth, rel_threshold=weights.rel_threshold, given={"apcir": weights},
+                          missing_level=missing_level)
+    fused = tuned.runs["apcir"]
     write_run(fused, out, tag=tag, depth=weights.depth)
     payload: dict[str, object] = {"run": str(out), "turns": len(fused)}
-    if qrels is not None:
-        judgements = datasets.qrels(qrels)
-        label, overlap = _label(weights, judgements)
+    if judgements is not None:
+        label = _label(tuned.overlap)
         result = evaluate(fused, judgements, "paper", rel_threshold=weights.rel_threshold)
-        payload.update(measures=result.measures, label=label, tuning_turns_evaluated=overlap)
+        payload.update(measures=result.measures, label=label, tuning_turns_evaluated=tuned.overlap or 0)
         if not as_json:
             console.print(means_table(f"{out.name} vs {qrels}: {label}", result.measures))
     if as_json:
@@ -277,30 +225,12 @@ def fuse_command(
         console.print(f"fused run ({len(fused)} turns) written to {out}", highlight=False)
 
 
-def _label(weights, qrels: Qrels) -> tuple[str, int]:  # type: ignore[no-untyped-def]
-    from apcir.fusion.tuning import tuned_on_overlap
-
-    overlap = tuned_on_overlap(weights, qrels)
+def _label(overlap: int | None) -> str:
     if overlap:
-        return f"TUNED ON TEST ({overlap} evaluated turns were tuning turns)", overlap
+        return f"TUNED ON TEST ({overlap} evaluated turns were tuning turns)"
     if overlap is None:
-        return "unknown tuning data (weights file does not list its tuning turns)", 0
-    return "held-out (no evaluated turn was a tuning turn)", 0
-
-
-BASELINES = (
-    "list1",
-    "list2",
-    "list3",
-    "equal",
-    "random",
-    "rrf",
-    "round-robin",
-    "no-personalisation",
-    "no-levels",
-    "entropy",
-    "deps",
-)
+        return "unknown tuning data (weights file does not list its tuning turns)"
+    return "held-out (no evaluated turn was a tuning turn)"
 
 
 def baseline_command(
@@ -312,141 +242,93 @@ def baseline_command(
     qrels: str | None = typer.Option(
         None, "--qrels", "--tune-on", "-q", help="Qrels to tune on (no-personalisation, no-levels)."
     ),
-    weights_path: Path | None = typer.Option(
-        None, "--weights", help="Use the all-turns weights of this file (no-levels)."
-    ),
+    weights_path: Path | None = typer.Option(None, "--weights", help="Use the all-turns weights of this file (no-levels)."),
     topics: str | None = typer.Option(None, "--topics", help="Topics with the PTKB (entropy)."),
-    reformulations: Path | None = typer.Option(
-        None, "--reformulations", help="Reformulations JSONL (deps)."
-    ),
+    reformulations: Path | None = typer.Option(None, "--reformulations", help="Reformulations JSONL (deps)."),
     collection: str | None = typer.Option(None, "--collection", help="Passage collection (deps)."),
     encoder: str = typer.Option(
-        "tfidf",
-        "--encoder",
-        help="entropy/deps encoder: tfidf, or a SPLADE model (splade-tiny, naver/splade-v3).",
+        "tfidf", "--encoder", help="entropy/deps encoder: tfidf, or a SPLADE model (splade-tiny, naver/splade-v3)."
     ),
     step: str = typer.Option("0.01", "--step"),
     objective: list[str] = typer.Option(["paper"], "--objective"),
     norm: str = typer.Option("minmax", "--norm"),
-    depth: int = typer.Option(1000, "--depth"),
+    depth: int = typer.Option(1000, "--depth", min=1),
     seed: int = typer.Option(0, "--seed", help="Seed of the random baseline."),
-    rrf_k: int = typer.Option(60, "--rrf-k"),
+    rrf_k: int = typer.Option(60, "--rrf-k", min=0),
     tag: str = typer.Option("", "--tag", help="Run tag (default: the baseline name)."),
 ) -> None:
-    """Write a baseline or ablation run (paper Tables 2 and 4) through the same fusion code."""
-    from apcir.fusion import baselines as b
-    from apcir.fusion.levels import load_levels
-    from apcir.fusion.linear import fuse_linear, fuse_per_turn
-    from apcir.fusion.tuning import no_third, tune_weights
-    from apcir.fusion.weights import load_weights
+    """Write a baseline or ablation run (paper Tables 2 and 4) through the same fusion code as `apcir run`."""
+    from apcir.fusion.encoders import text_encoder
+    from apcir.fusion.normalise import check_norm
+    from apcir.fusion.protocol import FusionInputs, pooled_run, tune_variants
+    from apcir.fusion.systems import SystemInputs, deps_passage_ids, fixed_systems
 
     if name not in BASELINES:
         raise ApcirError(f"unknown baseline {name!r}: expected one of {', '.join(BASELINES)}")
+    check_norm(norm)
+    spec = SYSTEMS.get(name)
     run_list, names = _runs(ctx, runs)
     _warn_alignment(run_list, names, False)
     turns = sorted(set().union(*run_list))
-    if name.startswith("list"):
-        fused = b.single_list(run_list, int(name[4:]) - 1, norm=norm, depth=depth)
-    elif name == "equal":
-        fused = b.equal_weights(run_list, norm=norm, depth=depth)
-    elif name == "random":
-        fused = b.random_fusion(run_list, seed, norm=norm, depth=depth)
-    elif name == "rrf":
-        fused = b.rrf(run_list, rrf_k, depth)
-    elif name == "round-robin":
-        fused = b.round_robin(run_list, depth)
-    elif name == "no-levels":
-        if weights_path is not None:
-            wf = load_weights(weights_path)
-            if wf.all_turns is None:
-                raise ApcirError("weights file has no all-turns weights", path=weights_path)
-        else:
-            if qrels is None:
-                raise ApcirError(
-                    "no-levels needs --qrels to tune on (or --weights with all-turns weights)"
-                )
-            wf = tune_weights(
-                run_list,
-                dict.fromkeys(turns, "a"),
-                datasets.qrels(qrels),
-                step,
-                objective,
-                norm,
-                depth,
-            )
-        assert wf.all_turns is not None
-        fused = fuse_per_turn(
-            run_list, dict.fromkeys(turns, wf.all_turns.weights), norm=wf.norm, depth=wf.depth
-        )
-    elif name == "no-personalisation":
-        if qrels is None or levels is None:
-            raise ApcirError(
-                "no-personalisation needs --qrels and --levels (its w1, w2 are tuned per level)"
-            )
-        level_map = load_levels(levels)
-        wf = tune_weights(
-            run_list,
-            level_map,
-            datasets.qrels(qrels),
-            step,
-            objective,
-            norm,
-            depth,
-            constraint=no_third,
-        )
-        fused = fuse_linear(run_list, level_map, wf)
-    elif name == "entropy":
-        if topics is None:
-            raise ApcirError("entropy needs --topics (for each conversation's PTKB)")
-        by_turn = {t.turn_id: list(t.ptkb.values()) for t in datasets.topics(topics)}
-        missing = [t for t in turns if t not in by_turn]
-        if missing:
-            raise ApcirError(
-                f"{len(missing)} turn(s) of the runs are not in {topics}: {', '.join(missing[:10])}"
-            )
-        weights = b.entropy_weights(
-            {t: by_turn[t] for t in turns}, _encoder(encoder), len(run_list)
-        )
-        fused = fuse_per_turn(run_list, weights, norm=norm, depth=depth)
-    else:  # deps
-        if reformulations is None or collection is None:
-            raise ApcirError(
-                "deps needs --reformulations (personalised query) and --collection (passage texts)"
-            )
-        from apcir.llm.schema import load_reformulations
-
-        records = load_reformulations(reformulations)
-        texts = {}
-        for turn in turns:
-            record = records.get(turn)
-            if record is None or record.output is None:
-                raise ApcirError(f"turn {turn}: no successful reformulation in {reformulations}")
-            texts[turn] = f"{record.output.third_rewrite} {record.output.third_response}".strip()
-        passages = {
-            p.id: p.contents for p in datasets.iter_collection(datasets.collection_path(collection))
-        }
-        weights = b.deps_weights(texts, run_list, passages, _encoder(encoder))
-        fused = fuse_per_turn(run_list, weights, norm=norm, depth=depth)
+    tuning = settings(TuningSettings, step=step, objective=",".join(objective))
+    if spec.kind == "tuned":
+        fused = _tuned_baseline(name, run_list, names, turns, levels, qrels, weights_path, tuning, norm, depth,
+                                FusionInputs, tune_variants, pooled_run)
+    else:
+        inputs = SystemInputs(lists=run_list, norm=norm, depth=depth, seed=seed, rrf_k=rrf_k)
+        if "profiles" in spec.needs:
+            if topics is None:
+                raise ApcirError(f"{name} needs --topics (for each conversation's PTKB)")
+            by_turn = {t.turn_id: list(t.ptkb.values()) for t in datasets.topics(topics)}
+            missing = [t for t in turns if t not in by_turn]
+            if missing:
+                raise ApcirError(f"{len(missing)} turn(s) of the runs are not in {topics}: {', '.join(missing[:10])}")
+            inputs.profiles = {t: by_turn[t] for t in turns}
+        if "personalised" in spec.needs:
+            if reformulations is None or collection is None:
+                raise ApcirError(f"{name} needs --reformulations (personalised query) and --collection (passage texts)")
+            records = load_reformulations(reformulations)
+            for turn in turns:
+                record = records.get(turn)
+                if record is None or record.output is None:
+                    raise ApcirError(f"turn {turn}: no successful reformulation in {reformulations}")
+            inputs.personalised = {t: records[t].output.personalised_text for t in turns}  # type: ignore[union-attr]
+            inputs.passages = datasets.passage_texts(datasets.collection_path(collection), deps_passage_ids(run_list))
+        if "encode" in spec.needs:
+            inputs.encode = text_encoder(encoder)
+        fused = fixed_systems(inputs, [name])[name]
     write_run(fused, out, tag=tag or name.replace("-", "_"), depth=depth)
     console.print(f"{name} run ({len(fused)} turns) written to {out}", highlight=False)
 
 
-def _encoder(name: str):  # type: ignore[no-untyped-def]
-    from apcir.fusion.baselines import tfidf_encoder
+def _tuned_baseline(name, run_list, names, turns, levels, qrels, weights_path, tuning, norm, depth,  # type: ignore[no-untyped-def]
+                    FusionInputs, tune_variants, pooled_run) -> Run:  # noqa: N803
+    from apcir.fusion.linear import fuse_linear
 
-    if name == "tfidf":
-        return tfidf_encoder()
-    try:
-        from apcir.retrieval.encoder import SpladeEncoder
-    except ImportError as exc:  # pragma: no cover - depends on the retrieval extra
-        raise ApcirError(
-            f"--encoder {name}: the SPLADE encoder is unavailable ({exc}); use --encoder tfidf"
-        ) from None
-    model = SpladeEncoder(name)
-    return lambda texts: model.encode_documents(texts, progress=False).toarray()
+    if name == "no-levels":
+        if weights_path is not None:
+            weights = load_weights(weights_path)
+            if weights.all_turns is None:
+                raise ApcirError("weights file has no all-turns weights", path=weights_path)
+            return pooled_run(run_list, weights.model_copy(update={"norm": norm, "depth": depth}))
+        if qrels is None:
+            raise ApcirError("no-levels needs --qrels to tune on (or --weights with all-turns weights)")
+        inputs = FusionInputs(lists=run_list, levels=dict.fromkeys(turns, "a"), qrels=datasets.qrels(qrels),
+                              qrels_name=qrels, run_names=names)
+        weights = tune_variants(inputs, tuning, ["apcir"], norm=norm, depth=depth)["apcir"]
+        return pooled_run(run_list, weights)
+    if qrels is None or levels is None:
+        raise ApcirError(f"{name} needs --qrels and --levels (its w1, w2 are tuned per level)")
+    inputs = FusionInputs(lists=run_list, levels=load_levels(levels), qrels=datasets.qrels(qrels), qrels_name=qrels,
+                          run_names=names, levels_name=str(levels))
+    weights = tune_variants(inputs, tuning, [name], norm=norm, depth=depth)[name]
+    return fuse_linear(run_list, inputs.levels, weights)
 
 
 def register(app: typer.Typer) -> None:
     app.command("tune", context_settings=_EXTRA)(tune_command)
     app.command("fuse", context_settings=_EXTRA)(fuse_command)
     app.command("baseline", context_settings=_EXTRA)(baseline_command)
+
+
+__all__ = ["LIST_NAMES", "register"]

@@ -9,7 +9,9 @@ import typer
 from rich.table import Table
 
 from apcir.cli.common import console, err_console, print_json
+from apcir.contract.reformulations import LIST_NAMES
 from apcir.errors import ApcirError
+from apcir.retrieval.registry import BACKENDS
 
 index_app = typer.Typer(help="Build and inspect retrieval indexes.", no_args_is_help=True)
 
@@ -19,11 +21,11 @@ def build_command(
     collection: str = typer.Option(
         ..., "--collection", "-c", help="Bundled collection (ikat23-provenance) or a JSONL file (either layout)."
     ),
-    backend: str = typer.Option("embedded", "--backend", "-b", help="embedded | lucene-bm25 | lucene-splade."),
+    backend: str = typer.Option("embedded", "--backend", "-b", help=f"One of: {BACKENDS.help()}."),
     out: Path = typer.Option(..., "--out", "-o", help="Index directory to create (e.g. indexes/<name>)."),
     encoder: str = typer.Option(
         "naver/splade-v3", "--encoder", "-e",
-        help="SPLADE model: splade-tiny (bundled), a hub id or a local directory. Ignored by lucene-bm25.",
+        help="SPLADE model: splade-tiny (bundled), a hub id or a local directory. Not used by backends without one.",
     ),
     shard: str | None = typer.Option(
         None, "--shard", help="Encode only shard i/N (from 0), e.g. 3/8; re-run without --shard to merge."
@@ -89,42 +91,59 @@ def retrieve_command(
         ..., "--queries", "-q", help="TSV turn_id<TAB>query[<TAB>response], or a reformulations JSONL."
     ),
     field: str | None = typer.Option(
-        None, "--field", "-f", help="For a reformulations JSONL: rewrite | rewrite_response | third."
+        None, "--field", "-f",
+        help=f"For a reformulations JSONL: {' | '.join(LIST_NAMES)}, or several comma-separated (one run each).",
     ),
-    k: int = typer.Option(1000, "--k", "-k", help="Depth: passages per turn."),
-    out: Path = typer.Option(..., "--out", "-o", help="TREC run file to write."),
-    tag: str = typer.Option("apcir", "--tag", help="Run tag (sixth column)."),
+    k: int = typer.Option(1000, "--k", "-k", min=1, help="Depth: passages per turn."),
+    out: Path = typer.Option(
+        ..., "--out", "-o", help="TREC run file to write; with several fields, a directory (FIELD.run inside) "
+        "or a path containing {field}.",
+    ),
+    tag: str = typer.Option("apcir", "--tag", help="Run tag (sixth column); with several fields, TAG-FIELD."),
     encoder: str | None = typer.Option(
         None, "--encoder", "-e", help="Query encoder; must be the index's model (default: the index's model)."
     ),
     device: str | None = typer.Option(None, "--device", help="cpu, cuda, ... (default: GPU if present)."),
-    threads: int = typer.Option(2, "--threads", help="Lucene search threads."),
+    threads: int = typer.Option(2, "--threads", min=1, help="Lucene search threads."),
     backend_name: str | None = typer.Option(
         None, "--backend", help="For a Lucene index without an apcir manifest: lucene-bm25 (default) or "
         "lucene-splade (an impact index, queried with --encoder).",
     ),
 ) -> None:
-    """Retrieve the top-k passages for every query into a TREC run file."""
-    from apcir.export.trec import write_run
+    """Retrieve the top-k passages for every query into a TREC run file (one per field)."""
     from apcir.retrieval.backends import open_index
     from apcir.retrieval.queries import load_queries
+    from apcir.retrieval.stage import retrieve_lists
 
-    query_set = load_queries(queries, field)
-    for turn, reason in query_set.skipped.items():
+    fields = [f.strip() for f in field.split(",") if f.strip()] if field else [None]
+    query_sets = {f: load_queries(queries, f) for f in fields}
+    skipped = next(iter(query_sets.values())).skipped
+    for turn, reason in skipped.items():
         err_console.print(f"[yellow]warning:[/] turn {turn} skipped: {reason}", highlight=False)
+    keys = {f: (f or "run") for f in fields}
+    if len(fields) == 1:
+        outs = {keys[fields[0]]: out}
+        tags = {keys[fields[0]]: tag}
+    else:
+        if "{field}" in str(out):
+            outs = {keys[f]: Path(str(out).replace("{field}", keys[f])) for f in fields}
+        else:
+            outs = {keys[f]: out / f"{keys[f]}.run" for f in fields}
+        tags = {keys[f]: f"{tag}-{keys[f]}" for f in fields}
     backend = open_index(index, encoder, device=device, threads=threads, backend=backend_name)
     started = time.perf_counter()
-    run = backend.search(query_set.queries, k)
+    runs = retrieve_lists(backend, {keys[f]: qs.queries for f, qs in query_sets.items()}, outs, tags, k=k)
     seconds = time.perf_counter() - started
-    write_run(run, out, tag=tag, depth=k)
-    empty = [t for t, hits in run.items() if not hits]
-    console.print(
-        f"wrote {out}: {len(run)} turns, {sum(len(h) for h in run.values())} hits "
-        f"(depth {k}) in {seconds:.1f} s"
-        + (f"; {len(empty)} turn(s) with no hit: {', '.join(empty[:5])}" if empty else "")
-        + (f"; {len(query_set.skipped)} turn(s) skipped" if query_set.skipped else ""),
-        highlight=False,
-    )
+    for key, path in outs.items():
+        run = runs[key]
+        empty = [t for t, hits in run.items() if not hits]
+        console.print(
+            f"wrote {path}: {len(run)} turns, {sum(len(h) for h in run.values())} hits (depth {k})"
+            + (f"; {len(empty)} turn(s) with no hit: {', '.join(empty[:5])}" if empty else "")
+            + (f"; {len(skipped)} turn(s) skipped" if skipped else ""),
+            highlight=False,
+        )
+    console.print(f"{len(outs)} run(s) in {seconds:.1f} s", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

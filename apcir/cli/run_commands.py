@@ -5,10 +5,27 @@ from __future__ import annotations
 from typing import Any
 
 import typer
+from rich.table import Table
 
 from apcir.cli.common import console
-from apcir.config import load_config
-from apcir.pipeline import comparison_table, resolve_config_path, run_experiment
+from apcir.evaluation.results import RunMetrics
+from apcir.experiment.config import load_config, resolve_config_path, validate_config
+from apcir.experiment.pipeline import run_experiment
+from apcir.fusion.systems import SYSTEMS
+
+
+def comparison_table(metrics: RunMetrics) -> Table:
+    """The table ``apcir run`` ends with: every system, the configured measures (x100)."""
+    table = Table(title=f"{metrics.name}: {metrics.topics} vs {metrics.qrels} (weights: {metrics.protocol})")
+    table.add_column("system")
+    for measure in metrics.measures:
+        table.add_column(measure, justify="right")
+    order = [s for s in SYSTEMS.names() if s in metrics.systems] + [s for s in metrics.systems if s not in SYSTEMS]
+    for name in order:
+        result = metrics.systems[name]
+        label = result.label + (" [tuned on test]" if result.tuned_on_test else "")
+        table.add_row(label, *(f"{100 * result.means[m]:.1f}" for m in metrics.measures))
+    return table
 
 
 def run_command(
@@ -19,17 +36,17 @@ def run_command(
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars (logs, CI)."),
 ) -> None:
     """Run every stage of an experiment; stages whose inputs did not change are reused."""
-    experiment = load_config(resolve_config_path(config))
-    updates: dict[str, Any] = {}
+    path = resolve_config_path(config)
+    data: dict[str, Any] = load_config(path).model_dump(exclude_unset=True)
+    reformulator = dict(data.get("reformulator", {}))
     if llm:
-        updates["reformulator"] = experiment.reformulator.model_copy(update={"llm": llm})
+        reformulator["llm"] = llm
     if base_url:
-        updates["reformulator"] = updates.get("reformulator", experiment.reformulator).model_copy(
-            update={"base_url": base_url}
-        )
+        reformulator["base_url"] = base_url
+    data["reformulator"] = reformulator
     if output_dir:
-        updates["output_dir"] = output_dir
-    experiment = experiment.model_copy(update=updates)
+        data["output_dir"] = output_dir
+    experiment = validate_config(data, path)
     report = run_experiment(experiment, console, progress=not no_progress)
     if report.metrics is not None:
         console.print(comparison_table(report.metrics))
@@ -45,10 +62,12 @@ def run_command(
         highlight=False,
     )
     console.print(
-        f"outputs in {report.run_dir}/: fused.run (TREC), submission.json (iKAT), systems/*.run, "
-        "metrics.json, report/report.md",
+        f"outputs in {report.run_dir}/: fused.run (TREC), submission{experiment.export.suffix} (iKAT), "
+        "systems/*.run, metrics.json, report/report.md",
         highlight=False,
     )
+    if report.failed_turns:
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
-from apcir.datasets.collection import iter_collection, load_collection
+from apcir.contract.records import Qrels, Turn
+from apcir.datasets.collection import iter_collection, load_collection, passage_texts
 from apcir.datasets.qrels import load_qrels, write_qrels
 from apcir.datasets.registry import COLLECTIONS, QRELS, TOPICS, collection_path, qrels_path, topics_path
 from apcir.datasets.topics import load_topics
-from apcir.models import Qrels, Turn
+from apcir.errors import ApcirError
+from apcir.ids import canonical_turn_id
 
 
 def topics(name_or_path: str | Path) -> list[Turn]:
@@ -21,6 +24,31 @@ def qrels(name_or_path: str | Path) -> Qrels:
     return load_qrels(qrels_path(name_or_path))
 
 
+def select_turns(
+    name_or_path: str | Path, turns: Sequence[str] | None = None, judged_only: str | Path | None = None
+) -> list[Turn]:
+    """The turns of a topic set, restricted to ``turns`` (ids; comma-separated items allowed) and judged ones.
+
+    An id that is not in the topics is an error naming it; so is a selection
+    that leaves no turn.
+    """
+    selected = topics(name_or_path)
+    if turns:
+        wanted = [canonical_turn_id(t) for item in turns for t in str(item).split(",") if t.strip()]
+        known = {t.turn_id for t in selected}
+        missing = [t for t in wanted if t not in known]
+        if missing:
+            raise ApcirError(f"turns not in {name_or_path}: {', '.join(missing)}")
+        keep = set(wanted)
+        selected = [t for t in selected if t.turn_id in keep]
+    if judged_only:
+        judged = set(qrels(judged_only))
+        selected = [t for t in selected if t.turn_id in judged]
+        if not selected:
+            raise ApcirError(f"no turn of {name_or_path} is judged in {judged_only}")
+    return selected
+
+
 __all__ = [
     "COLLECTIONS",
     "QRELS",
@@ -31,7 +59,9 @@ __all__ = [
     "load_qrels",
     "load_topics",
     "qrels",
+    "passage_texts",
     "qrels_path",
+    "select_turns",
     "topics",
     "topics_path",
     "write_qrels",

@@ -8,13 +8,13 @@ id is ``<doc_id>:<passage_id>`` as in the iKAT qrels.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from apcir.datasets.jsonio import iter_jsonl
+from apcir.contract.records import Passage
 from apcir.errors import ApcirError
-from apcir.models import Passage
+from apcir.io import iter_jsonl
 
 
 def iter_collection(path: Path) -> Iterator[Passage]:
@@ -26,6 +26,20 @@ def iter_collection(path: Path) -> Iterator[Passage]:
             raise ApcirError(f"duplicate passage id {passage.id!r}", path=path, line=number)
         seen.add(passage.id)
         yield passage
+
+
+def passage_texts(path: Path, ids: Iterable[str]) -> dict[str, str]:
+    """The texts of the passages ``ids`` only, read in one pass over the collection (the rest is not kept)."""
+    wanted = set(ids)
+    found: dict[str, str] = {}
+    if not wanted:
+        return found
+    for passage in iter_collection(path):
+        if passage.id in wanted:
+            found[passage.id] = passage.contents
+            if len(found) == len(wanted):
+                break
+    return found
 
 
 def load_collection(path: Path) -> list[Passage]:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from apcir.contract.records import Qrels
 from apcir.errors import ApcirError
 from apcir.ids import canonical_turn_id
-from apcir.models import Qrels
+from apcir.io import atomic_write, iter_lines
 
 
 def load_qrels(path: Path) -> Qrels:
@@ -16,38 +17,33 @@ def load_qrels(path: Path) -> Qrels:
     A passage judged twice for one turn is an error (the grades could disagree).
     """
     qrels: Qrels = {}
-    try:
-        handle = path.open(encoding="utf-8")
-    except FileNotFoundError:
-        raise ApcirError("qrels file not found", path=path) from None
-    with handle:
-        for number, line in enumerate(handle, start=1):
-            fields = line.split()
-            if not fields:
-                continue
-            if len(fields) != 4:
-                raise ApcirError(
-                    f"expected 4 fields 'turn_id iteration passage_id grade', found {len(fields)}",
-                    path=path,
-                    line=number,
-                )
-            turn, _, passage, grade_text = fields
-            try:
-                grade = int(grade_text)
-            except ValueError:
-                raise ApcirError(f"grade {grade_text!r} is not an integer", path=path, line=number) from None
-            try:
-                turn_id = canonical_turn_id(turn)
-            except ApcirError as exc:
-                raise ApcirError(str(exc), path=path, line=number) from None
-            judged = qrels.setdefault(turn_id, {})
-            if passage in judged and judged[passage] != grade:
-                raise ApcirError(
-                    f"passage {passage} judged twice for turn {turn_id} ({judged[passage]} and {grade})",
-                    path=path,
-                    line=number,
-                )
-            judged[passage] = grade
+    for number, line in iter_lines(path, "qrels file"):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) != 4:
+            raise ApcirError(
+                f"expected 4 fields 'turn_id iteration passage_id grade', found {len(fields)}",
+                path=path,
+                line=number,
+            )
+        turn, _, passage, grade_text = fields
+        try:
+            grade = int(grade_text)
+        except ValueError:
+            raise ApcirError(f"grade {grade_text!r} is not an integer", path=path, line=number) from None
+        try:
+            turn_id = canonical_turn_id(turn)
+        except ApcirError as exc:
+            raise ApcirError(str(exc), path=path, line=number) from None
+        judged = qrels.setdefault(turn_id, {})
+        if passage in judged and judged[passage] != grade:
+            raise ApcirError(
+                f"passage {passage} judged twice for turn {turn_id} ({judged[passage]} and {grade})",
+                path=path,
+                line=number,
+            )
+        judged[passage] = grade
     if not qrels:
         raise ApcirError("qrels file has no judgements", path=path)
     return qrels
@@ -55,8 +51,7 @@ def load_qrels(path: Path) -> Qrels:
 
 def write_qrels(qrels: Qrels, path: Path) -> None:
     """Write qrels in TREC format, turns and passages sorted."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as out:
+    with atomic_write(path) as out:
         for turn_id in sorted(qrels):
             for passage, grade in sorted(qrels[turn_id].items()):
                 out.write(f"{turn_id} 0 {passage} {grade}\n")

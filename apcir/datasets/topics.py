@@ -12,10 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from apcir.datasets.jsonio import read_json
+from apcir.contract.records import HistoryEntry, Turn
 from apcir.errors import ApcirError
 from apcir.ids import make_turn_id
-from apcir.models import HistoryEntry, Turn
+from apcir.io import read_json
 
 
 def load_topics(path: Path) -> list[Turn]:

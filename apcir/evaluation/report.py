@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 from apcir.evaluation.results import GROUPS, RunMetrics
-from apcir.evaluation.significance import Comparison, paired_t_tests
+from apcir.metrics.significance import Comparison, paired_t_tests
 
 LEVEL_NAMES = {"a": "a (none)", "b": "b (bonus)", "c": "c (indispensable)"}
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
 from apcir.errors import ApcirError
+from apcir.io import read_json, write_text
 
 METRICS_FILE = "metrics.json"
 
@@ -50,11 +50,8 @@ class RunMetrics(BaseModel):
 
 
 def write_metrics(metrics: RunMetrics, run_dir: Path) -> Path:
-    run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / METRICS_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(metrics.model_dump_json(indent=1), encoding="utf-8")
-    tmp.replace(path)
+    write_text(path, metrics.model_dump_json(indent=1))
     return path
 
 
@@ -64,7 +61,10 @@ def read_metrics(run_dir: Path) -> RunMetrics:
         raise ApcirError(
             f"no {METRICS_FILE} here: is this a run directory of `apcir run` with qrels configured?", path=run_dir
         )
+    data = read_json(path, "metrics file")
     try:
-        return RunMetrics.model_validate(json.loads(path.read_text(encoding="utf-8")))
-    except (json.JSONDecodeError, ValidationError) as exc:
-        raise ApcirError(f"unreadable metrics: {exc}", path=path) from None
+        return RunMetrics.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ApcirError(f"unreadable metrics: {where}: {first['msg']}", path=path) from None

@@ -1,4 +1,8 @@
-"""Fusion: normalisation, personalisation-aware linear fusion, exact grid search, baselines."""
+"""Stage 3, fusion: normalisation, personalisation-aware linear fusion, exact grid search, baselines.
+
+* :mod:`~apcir.fusion.protocol`: where weights come from (tune, cross-validate, apply) in one place;
+* :data:`apcir.fusion.systems.SYSTEMS`: APCIR and every baseline, the single source of their names.
+"""
 
 from apcir.fusion.baselines import (
     deps_weights,
@@ -10,18 +14,14 @@ from apcir.fusion.baselines import (
     single_list,
 )
 from apcir.fusion.grid import GridSearch, divisions, simplex_points
-from apcir.fusion.levels import load_levels
 from apcir.fusion.linear import align_runs, fuse_linear, fuse_per_turn
 from apcir.fusion.normalise import NORMS, normalise
 from apcir.fusion.tuning import CVResult, cross_validate, no_third, tune_weights
-from apcir.fusion.weights import LevelWeights, WeightsFile, load_weights
 
 __all__ = [
     "NORMS",
     "CVResult",
     "GridSearch",
-    "LevelWeights",
-    "WeightsFile",
     "align_runs",
     "cross_validate",
     "deps_weights",
@@ -30,8 +30,6 @@ __all__ = [
     "equal_weights",
     "fuse_linear",
     "fuse_per_turn",
-    "load_levels",
-    "load_weights",
     "no_third",
     "normalise",
     "random_fusion",

@@ -14,9 +14,10 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from apcir.contract.records import Run
+from apcir.contract.runs import trec_order
 from apcir.errors import ApcirError
-from apcir.fusion.linear import align_runs, check_runs, fuse_per_turn, trec_order
-from apcir.models import Run
+from apcir.fusion.linear import align_runs, check_runs, fuse_per_turn
 
 Encoder = Callable[[list[str]], np.ndarray]
 

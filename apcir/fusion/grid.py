@@ -21,7 +21,7 @@ to the larger passage id. The measures:
 
 A judged tuning turn whose lists are all empty scores 0 on every measure
 (pytrec_eval scores an empty ranking 0), and the means are over the tuning
-turns, as :func:`apcir.evaluation.evaluate` averages the fused run.
+turns, as :func:`apcir.metrics.trec_eval` averages the fused run.
 
 How it is fast: per turn, the points are visited in a reflected ("snake")
 order so neighbours differ by one step in two weights; the top-K threshold of
@@ -42,10 +42,10 @@ from fractions import Fraction
 import numba
 import numpy as np
 
+from apcir.contract.records import Qrels, Run
 from apcir.errors import ApcirError
-from apcir.evaluation.measures import Measure
 from apcir.fusion.linear import turn_matrix
-from apcir.models import Qrels, Run
+from apcir.metrics.measures import Measure
 
 # Measure kinds understood by the kernel.
 _RR, _P, _RECALL, _NDCG, _MAP = 0, 1, 2, 3, 4

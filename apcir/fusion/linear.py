@@ -6,9 +6,9 @@ normalised scores ``s_l(p)`` (0 when list ``l`` lacks ``p``), the fused score is
 way here and in the grid search (:mod:`apcir.fusion.grid`), so a tuned point
 reproduces its tuning score when applied.
 
-The fused ranking is ordered like trec_eval orders a run (score rounded to
-float32 descending, ties by passage id *descending*) and cut at ``depth``; passages below the cut
-are dropped, so the run a user writes is the run that was evaluated.
+The fused ranking is cut at ``depth`` in apcir's one ranking order, which is
+trec_eval's (:mod:`apcir.contract.runs`); passages below the cut are dropped,
+so the run a user writes is the run that was evaluated.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from apcir.contract.records import Run
+from apcir.contract.runs import trec_order
+from apcir.contract.weights import WeightsFile
 from apcir.errors import ApcirError
 from apcir.fusion.normalise import check_norm, normalise_array
-from apcir.fusion.weights import WeightsFile
-from apcir.models import Run
 
 WeightVector = Sequence[float]
 
@@ -99,17 +100,6 @@ def fuse_scores(matrix: np.ndarray, weights: WeightVector) -> np.ndarray:
     for col in range(1, len(w)):
         acc = acc + w[col] * matrix[:, col]
     return acc
-
-
-def trec_order(scores: np.ndarray) -> np.ndarray:
-    """Candidate indices in the order trec_eval ranks them (ids must be sorted ascending).
-
-    trec_eval reads scores into 32-bit floats, sorts by that value descending
-    and breaks ties by passage id descending; this does the same, so the cut
-    at ``depth`` keeps exactly the passages trec_eval would rank first.
-    """
-    rounded = scores.astype(np.float32).astype(np.float64)
-    return np.lexsort((-np.arange(scores.shape[0]), -rounded))
 
 
 def top_hits(ids: list[str], scores: np.ndarray, depth: int | None) -> dict[str, float]:

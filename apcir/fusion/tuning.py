@@ -16,17 +16,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from apcir.contract.levels import check_levels
+from apcir.contract.records import Qrels, Run
+from apcir.contract.reformulations import LEVELS
+from apcir.contract.weights import LevelWeights, TunedOn, WeightsFile
 from apcir.errors import ApcirError
-from apcir.evaluation import Evaluation, evaluate, parse_measures
-from apcir.evaluation.measures import Measure
 from apcir.fusion.grid import TIE_RULE, BestPoint, GridSearch, divisions
-from apcir.fusion.levels import check_levels
 from apcir.fusion.linear import align_runs, check_runs, fuse_linear
 from apcir.fusion.normalise import check_norm
-from apcir.fusion.weights import LevelWeights, TunedOn, WeightsFile
 from apcir.ids import split_turn_id
-from apcir.llm.schema import LEVELS
-from apcir.models import Qrels, Run
+from apcir.metrics import Evaluation, evaluate, parse_measures
+from apcir.metrics.measures import Measure
 
 Objective = str | Sequence[str] | Sequence[Measure]
 Constraint = np.ndarray | Callable[[np.ndarray], np.ndarray] | None
@@ -96,6 +96,7 @@ def tune_weights(
     qrels_name: str = "",
     run_names: Sequence[str] = (),
     levels_name: str = "",
+    min_turns: int = 1,
 ) -> WeightsFile:
     """Best weights per level (and over all turns) by exhaustive search over the simplex.
 
@@ -111,7 +112,7 @@ def tune_weights(
         raise ApcirError(
             "no turn is both judged and in the runs: check that the qrels belong to these runs"
         )
-    levels = _with_missing(levels, chosen, missing_level)
+    levels = with_missing_level(levels, chosen, missing_level)
     if search is None:
         search = GridSearch(
             runs,
@@ -124,7 +125,7 @@ def tune_weights(
             rel_threshold=rel_threshold,
             progress=progress,
         )
-    weights = weights_from_search(search, levels, chosen, constraint)
+    weights = weights_from_search(search, levels, chosen, constraint, min_turns)
     weights.tuned_on = TunedOn(
         qrels=qrels_name,
         qrels_fingerprint=qrels_fingerprint({t: qrels[t] for t in chosen}),
@@ -141,25 +142,33 @@ def weights_from_search(
     levels: Mapping[str, str],
     turns: Sequence[str],
     constraint: Constraint = None,
+    min_turns: int = 1,
 ) -> WeightsFile:
-    """Per-level best points of a finished search over ``turns``."""
+    """Per-level best points of a finished search over ``turns``.
+
+    A level with fewer than ``min_turns`` tuning turns (at least 1) uses the
+    weights tuned on all ``turns``, and says so in its ``note``.
+    """
+    if min_turns < 0:
+        raise ApcirError(f"min_turns must be >= 0, got {min_turns}")
     allowed = constraint(search.compositions) if callable(constraint) else constraint
     overall = _level_weights(search.best(turns, allowed))
     by_level: dict[str, LevelWeights] = {}
     names = list(LEVELS) + sorted({levels[t] for t in turns} - set(LEVELS))
     for level in names:
         level_turns = [t for t in turns if levels[t] == level]
-        if level_turns:
+        if level_turns and len(level_turns) >= min_turns:
             by_level[level] = _level_weights(search.best(level_turns, allowed))
         else:
+            why = (f"no tuning turn has level {level}" if not level_turns
+                   else f"level {level} has {len(level_turns)} tuning turn(s), fewer than min_turns = {min_turns}")
             by_level[level] = overall.model_copy(
                 update={
                     "fallback": True,
-                    "n_turns": 0,
+                    "n_turns": len(level_turns),
                     "score": None,
                     "measures": {},
-                    "note": f"no tuning turn has level {level}: uses the weights tuned on all "
-                    f"{len(turns)} tuning turns",
+                    "note": f"{why}: uses the weights tuned on all {len(turns)} tuning turns",
                 }
             )
     return WeightsFile(
@@ -170,6 +179,7 @@ def weights_from_search(
         depth=search.depth,
         rel_threshold=search.rel_threshold,
         tie_rule=TIE_RULE,
+        min_turns=min_turns,
         levels=by_level,
         all_turns=overall,
     )
@@ -185,7 +195,7 @@ def _level_weights(best: BestPoint) -> LevelWeights:
     )
 
 
-def _with_missing(
+def with_missing_level(
     levels: Mapping[str, str], turns: Sequence[str], missing_level: str | None
 ) -> dict[str, str]:
     if missing_level is not None:
@@ -254,6 +264,7 @@ def cross_validate(
     report: Sequence[str] | str = "paper",
     search: GridSearch | None = None,
     progress: bool = False,
+    min_turns: int = 1,
 ) -> CVResult:
     """k-fold cross-validation by conversation: tune on k-1 folds, fuse the held-out fold.
 
@@ -271,7 +282,7 @@ def cross_validate(
         raise ApcirError(
             "no turn is both judged and in the runs: check that the qrels belong to these runs"
         )
-    levels = _with_missing(levels, turns, missing_level)
+    levels = with_missing_level(levels, turns, missing_level)
     folds = conversation_folds(turns, k, seed)
     if search is None:
         search = GridSearch(
@@ -293,7 +304,7 @@ def cross_validate(
         held = set(conversations)
         test = [t for t in turns if split_turn_id(t)[0] in held]
         train = [t for t in turns if split_turn_id(t)[0] not in held]
-        weights = weights_from_search(search, levels, train, constraint)
+        weights = weights_from_search(search, levels, train, constraint, min_turns)
         weights.tuned_on = TunedOn(
             qrels_fingerprint=qrels_fingerprint({t: qrels[t] for t in train}),
             turns=len(train),

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
-from apcir.datasets.jsonio import read_json
 from apcir.errors import ApcirError
+from apcir.io import read_json
 
 
 class Price(BaseModel):

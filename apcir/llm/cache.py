@@ -2,8 +2,8 @@
 
 The key is the SHA-256 of (model, messages, generation parameters); the value
 is the validated answer text and the token usage of the call that produced it.
-One file per key under ``<dir>/<2 hex>/<key>.json``, written to a temporary
-file in the same folder and moved into place with :func:`os.replace`, so two
+One file per key under ``<dir>/<2 hex>/<key>.json``, written atomically
+(:func:`apcir.io.atomic_write`), so two
 processes writing the same key never leave a torn file (the last one wins and
 both wrote the same answer). The base URL and the API key are not part of the
 key and never stored: the same model name behind another server is assumed to
@@ -15,13 +15,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from apcir.llm.schema import Usage
+from apcir.contract.reformulations import Usage
+from apcir.io import write_text
 
 CACHE_ENV = "APCIR_CACHE_DIR"
 
@@ -66,15 +66,4 @@ class ResponseCache:
         return answer if answer.key == key else None
 
     def put(self, answer: CachedAnswer) -> None:
-        target = self.path(answer.key)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=target.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(answer.model_dump_json())
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_text(self.path(answer.key), answer.model_dump_json())

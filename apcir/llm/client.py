@@ -142,18 +142,24 @@ class ChatClient:
     async def close(self) -> None:
         await self._client.close()
 
-    def _response_format(self, mode: str, schema: dict[str, Any]) -> dict[str, Any] | None:
+    def _response_format(self, mode: str, schema: dict[str, Any] | None, name: str) -> dict[str, Any] | None:
+        if schema is None:  # a free-text answer: no structured output asked for
+            return None
         if mode == "json_schema":
             return {
                 "type": "json_schema",
-                "json_schema": {"name": "apcir_reformulation", "strict": True, "schema": schema},
+                "json_schema": {"name": name, "strict": True, "schema": schema},
             }
         if mode == "json_object":
             return {"type": "json_object"}
         return None
 
     async def complete(
-        self, messages: list[dict[str, str]], params: dict[str, Any], schema: dict[str, Any]
+        self,
+        messages: list[dict[str, str]],
+        params: dict[str, Any],
+        schema: dict[str, Any] | None,
+        schema_name: str = "apcir_answer",
     ) -> Completion:
         """One answer for ``messages``; raises LLMRequestError or LLMFatalError."""
         import openai
@@ -167,7 +173,7 @@ class ChatClient:
                     self.mode
                 )  # read inside the slot: a fallback decided meanwhile applies at once
                 kwargs: dict[str, Any] = dict(params)
-                response_format = self._response_format(mode, schema)
+                response_format = self._response_format(mode, schema, schema_name)
                 if response_format is not None:
                     kwargs["response_format"] = response_format
                 started = time.perf_counter()

@@ -6,10 +6,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
+from apcir.contract.records import Run
+from apcir.contract.reformulations import QueryInput
 from apcir.errors import ApcirError
-from apcir.models import Run
-from apcir.retrieval.encoder import QueryInput, SpladeEncoder, canonical_model_name
-from apcir.retrieval.manifest import MANIFEST, SPLADE_BACKENDS, IndexManifest, read_manifest
+from apcir.retrieval.encoder import SpladeEncoder, canonical_model_name
+from apcir.retrieval.manifest import IndexManifest, is_foreign_lucene, read_manifest
+from apcir.retrieval.registry import BACKENDS
 
 
 class Backend(Protocol):
@@ -31,46 +33,51 @@ def open_index(
 ) -> Backend:
     """Open the index at ``index_dir`` with the backend its manifest names.
 
-    SPLADE indexes load the model recorded in the manifest, with the manifest's
-    length budgets, unless ``encoder`` (a loaded :class:`SpladeEncoder` or a
-    model name) is given; an encoder other than the index's model is refused.
-    A Lucene index without an apcir manifest (e.g. one the iKAT organisers
-    distribute) opens as BM25, or, with ``backend="lucene-splade"`` and an
-    ``encoder``, as an impact index queried with that encoder (apcir cannot
-    check that the index was built with the same model).
+    Indexes built from a model's vectors load the model recorded in the
+    manifest, with the manifest's length budgets, unless ``encoder`` (a loaded
+    :class:`SpladeEncoder` or a model name) is given; an encoder other than the
+    index's model is refused. A Lucene index without an apcir manifest (e.g. one
+    the iKAT organisers distribute) opens as BM25, or, with
+    ``backend="lucene-splade"`` and an ``encoder``, as an impact index queried
+    with that encoder (apcir cannot check that the index was built with the same model).
     """
-    from apcir.retrieval.embedded import EmbeddedIndex
-    from apcir.retrieval.lucene import LuceneBM25, LuceneSplade
-
     folder = Path(index_dir).expanduser()
     if not folder.is_dir():
         raise ApcirError("index directory not found", path=folder)
-    if not (folder / MANIFEST).exists() and any(folder.glob("segments_*")):
-        if backend == "lucene-splade":
+    if is_foreign_lucene(folder):
+        spec = BACKENDS.get(backend or "lucene-bm25")
+        if not spec.name.startswith("lucene-"):
+            raise ApcirError(f"a bare Lucene index opens as lucene-bm25 or lucene-splade, not {spec.name}", path=folder)
+        query_encoder = None
+        if spec.encoder is not None:
             if encoder is None:
                 raise ApcirError(
                     "a Lucene impact index without an apcir manifest needs the query encoder it was built "
                     "with (--encoder, e.g. naver/splade-v3)", path=folder,
                 )
             query_encoder = encoder if isinstance(encoder, SpladeEncoder) else SpladeEncoder(encoder, device=device)
-            return LuceneSplade(folder, None, query_encoder, threads=threads)
-        return LuceneBM25(folder, None, threads=threads)
+        return spec.call("open", folder, None, query_encoder, threads=threads)  # type: ignore[no-any-return]
     manifest = read_manifest(folder)
-    if manifest.backend == "lucene-bm25":
+    if manifest.backend not in BACKENDS:
+        raise ApcirError(f"index backend {manifest.backend!r} is unknown to this apcir "
+                         f"(it knows {', '.join(BACKENDS.names())})", path=folder)
+    spec = BACKENDS.get(manifest.backend)
+    if backend is not None and backend != spec.name:
+        raise ApcirError(f"this is a {spec.name} index, not {backend}", path=folder)
+    if spec.encoder is None:
         if isinstance(encoder, SpladeEncoder) or encoder:
-            raise ApcirError(f"{folder} is a BM25 index; it takes no query encoder", path=folder)
-        return LuceneBM25(folder, manifest, threads=threads)
-    assert manifest.backend in SPLADE_BACKENDS and manifest.model
-    query_encoder = _matching_encoder(folder, manifest, encoder, device)
-    if manifest.backend == "embedded":
-        return EmbeddedIndex(folder, manifest, query_encoder)
-    return LuceneSplade(folder, manifest, query_encoder, threads=threads)
+            raise ApcirError(f"{folder} is a {spec.name} index; it takes no query encoder", path=folder)
+        return spec.call("open", folder, manifest, None, threads=threads)  # type: ignore[no-any-return]
+    return spec.call(  # type: ignore[no-any-return]
+        "open", folder, manifest, _matching_encoder(folder, manifest, encoder, device), threads=threads
+    )
 
 
 def _matching_encoder(
     folder: Path, manifest: IndexManifest, encoder: SpladeEncoder | str | None, device: str | None
 ) -> SpladeEncoder:
-    assert manifest.model is not None
+    if manifest.model is None:
+        raise ApcirError("the index manifest names no model", path=folder)
     if encoder is None:
         return SpladeEncoder(
             manifest.model,

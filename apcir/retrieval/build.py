@@ -18,7 +18,6 @@ removes ``_build``. The manifest is written last.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -31,21 +30,22 @@ import scipy.sparse as sp
 from pydantic import BaseModel
 
 from apcir import __version__
+from apcir.console import progress as progress_bar
+from apcir.contract.records import Passage
 from apcir.datasets.collection import _passage as passage_from_record
 from apcir.datasets.registry import collection_path
 from apcir.errors import ApcirError
-from apcir.models import Passage
+from apcir.io import atomic_write, write_json, write_text
 from apcir.retrieval.encoder import DEFAULT_MODEL, SpladeEncoder, canonical_model_name
 from apcir.retrieval.manifest import (
-    BACKENDS,
     MANIFEST,
-    SPLADE_BACKENDS,
     CollectionInfo,
     IndexManifest,
     index_status,
     now_iso,
     write_manifest,
 )
+from apcir.retrieval.registry import BACKENDS, BackendSpec
 
 WORK = "_build"
 CHUNK_SIZE = 10_000
@@ -118,18 +118,17 @@ def build_index(
     reused instead of encoding again (e.g. to build ``lucene-splade`` from it).
     """
     started = time.perf_counter()
-    if backend not in BACKENDS:
-        raise ApcirError(f"unknown backend {backend!r}: expected one of {', '.join(BACKENDS)}")
+    spec = BACKENDS.get(backend)
     if chunk_size < 1:
         raise ApcirError(f"chunk size must be positive, got {chunk_size}")
     out = Path(out_dir).expanduser()
     path = collection_path(collection)
     name = str(collection)
     shard_spec = parse_shard(shard)
-    if backend == "lucene-bm25" and shard_spec is not None:
-        raise ApcirError("--shard splits SPLADE encoding; a BM25 index is built in one go (Lucene is fast)")
+    if spec.encoder is None and shard_spec is not None:
+        raise ApcirError(f"--shard splits the encoding of passages; a {backend} index is built in one go")
     model = None
-    if backend in SPLADE_BACKENDS:
+    if spec.encoder is not None:
         model = encoder.name if isinstance(encoder, SpladeEncoder) else canonical_model_name(encoder)
         if isinstance(encoder, SpladeEncoder):
             doc_max_length = encoder.doc_max_length
@@ -144,8 +143,8 @@ def build_index(
         remove_outputs(out)
     out.mkdir(parents=True, exist_ok=True)
 
-    if backend == "lucene-bm25":
-        return _build_bm25(path, name, out, threads, started)
+    if spec.encoder is None:
+        return _build_from_texts(spec, path, name, out, threads, started)
 
     info = _collection_info(out, name, path)
     plan = _ensure_plan(
@@ -181,7 +180,7 @@ def build_index(
             "Run the same command without --shard to merge.",
             encoded, time.perf_counter() - started,
         )
-    manifest = _merge(out, plan, get_encoder(), backend, threads, started)
+    manifest = _merge(out, plan, get_encoder(), spec, threads, started)
     return BuildResult("built", out, manifest, f"built {manifest.describe()} in {out}", encoded, manifest.build_seconds)
 
 
@@ -292,9 +291,7 @@ def _ensure_plan(out: Path, plan: BuildPlan, explicit_shards: bool) -> BuildPlan
             )
         if plan_file.exists():
             return existing
-    tmp = work / f"plan.json.{os.getpid()}.tmp"
-    tmp.write_text(plan.model_dump_json(indent=2), encoding="utf-8")
-    os.replace(tmp, plan_file)
+    write_text(plan_file, plan.model_dump_json(indent=2))
     return plan
 
 
@@ -307,8 +304,6 @@ def _chunk_paths(folder: Path, number: int) -> tuple[Path, Path]:
 
 
 def _encode_shard(path: Path, work: Path, plan: BuildPlan, index: int, get_encoder: Any, progress: bool) -> int:
-    from apcir.retrieval.encoder import progress_bar
-
     folder = _shard_dir(work, index, plan.shards)
     if (folder / "done.json").exists():
         return 0
@@ -339,7 +334,7 @@ def _encode_shard(path: Path, work: Path, plan: BuildPlan, index: int, get_encod
         if ids:
             _write_chunk(folder, number, ids, _encode_groups(encoder, texts, group, advance))
             encoded += len(ids)
-    (folder / "done.json").write_text(json.dumps({"passages": total}), encoding="utf-8")
+    write_json(folder / "done.json", {"passages": total})
     return encoded
 
 
@@ -358,7 +353,7 @@ def _copy_vectors(source: Path, path: Path, plan: BuildPlan, work: Path) -> None
     folder.mkdir(parents=True, exist_ok=True)
     for number, start in enumerate(range(0, len(ids), plan.chunk_size)):
         _write_chunk(folder, number, ids[start : start + plan.chunk_size], documents[start : start + plan.chunk_size])
-    (folder / "done.json").write_text(json.dumps({"passages": len(ids), "copied_from": str(source)}), encoding="utf-8")
+    write_json(folder / "done.json", {"passages": len(ids), "copied_from": str(source)})
 
 
 def _encode_groups(encoder: SpladeEncoder, texts: list[str], group: int, advance: Any) -> sp.csr_matrix:
@@ -372,12 +367,9 @@ def _encode_groups(encoder: SpladeEncoder, texts: list[str], group: int, advance
 
 def _write_chunk(folder: Path, number: int, ids: list[str], matrix: sp.csr_matrix) -> None:
     npz, id_file = _chunk_paths(folder, number)
-    tmp_ids = id_file.with_suffix(".ids.tmp")
-    tmp_ids.write_text("".join(f"{pid}\n" for pid in ids), encoding="utf-8")
-    os.replace(tmp_ids, id_file)
-    tmp = folder / f"chunk-{number:06d}.tmp.npz"
-    sp.save_npz(tmp, matrix, compressed=False)
-    os.replace(tmp, npz)  # the .npz appears last: its presence means the chunk is complete
+    write_text(id_file, "".join(f"{pid}\n" for pid in ids))
+    with atomic_write(npz, "wb") as handle:  # the .npz appears last: its presence means the chunk is complete
+        sp.save_npz(handle, matrix, compressed=False)
 
 
 def _iter_chunks(work: Path, plan: BuildPlan) -> Iterator[tuple[list[str], sp.csr_matrix]]:
@@ -403,46 +395,23 @@ def check_unique(ids: list[str]) -> None:
             raise ApcirError(f"duplicate passage id {ids[a]!r} (passages {a} and {b} of the collection, in file order)")
 
 
-def _merge(out: Path, plan: BuildPlan, encoder: SpladeEncoder, backend: str, threads: int, started: float) -> IndexManifest:
-    from apcir.retrieval.embedded import save_embedded
-    from apcir.retrieval.lucene import (
-        LUCENE_DIR,
-        QUANTIZATION_SCALE,
-        run_index_collection,
-        write_vector_collection,
-    )
-
+def _merge(out: Path, plan: BuildPlan, encoder: SpladeEncoder, spec: BackendSpec, threads: int,
+           started: float) -> IndexManifest:
     work = out / WORK
     missing = [i for i in range(plan.shards) if not (_shard_dir(work, i, plan.shards) / "done.json").exists()]
     if missing:
         raise ApcirError(f"cannot merge: shard(s) {', '.join(map(str, missing))} of {plan.shards} are not encoded", path=work)
     ids: list[str] = []
-    nonzeros = 0
-    scale = None
-    if backend == "embedded":
-        blocks = []
+
+    def chunks() -> Iterator[tuple[list[str], sp.csr_matrix]]:
         for chunk_ids, matrix in _iter_chunks(work, plan):
             ids.extend(chunk_ids)
-            blocks.append(matrix)
-        check_unique(ids)
-        documents = sp.vstack(blocks, format="csr", dtype=np.float32) if blocks else sp.csr_matrix((0, encoder.vocab_size), dtype=np.float32)
-        nonzeros = int(documents.nnz)
-        save_embedded(out, documents, ids)
-    else:
-        vectors = work / "vectors"
-        vectors.mkdir(exist_ok=True)
-        for number, (chunk_ids, matrix) in enumerate(_iter_chunks(work, plan)):
-            ids.extend(chunk_ids)
-            nonzeros += int(matrix.nnz)
-            write_vector_collection(vectors / f"part-{number:06d}.jsonl", chunk_ids, matrix, encoder.vocabulary)
-        check_unique(ids)
-        target = out / LUCENE_DIR
-        if target.exists():
-            shutil.rmtree(target)
-        run_index_collection(vectors, target, "impact", threads, work / "lucene.log")
-        scale = QUANTIZATION_SCALE
+            yield chunk_ids, matrix
+
+    facts = spec.call("build", out, chunks(), encoder, threads=threads, work=work)
+    check_unique(ids)
     manifest = IndexManifest(
-        backend=backend,  # type: ignore[arg-type]
+        backend=spec.name,
         model=encoder.name,
         query_max_length=encoder.query_max_length,
         response_max_length=encoder.response_max_length,
@@ -450,44 +419,30 @@ def _merge(out: Path, plan: BuildPlan, encoder: SpladeEncoder, backend: str, thr
         vocab_size=encoder.vocab_size,
         collection=plan.collection,
         passages=len(ids),
-        nonzeros=nonzeros,
-        quantization_scale=scale,
         build_seconds=round(time.perf_counter() - started, 3),
         created=now_iso(),
         apcir_version=__version__,
+        **facts,
     )
     write_manifest(out, manifest)
     shutil.rmtree(work, ignore_errors=True)
     return manifest
 
 
-# ---- BM25 ----------------------------------------------------------------------------------
-def _build_bm25(path: Path, name: str, out: Path, threads: int, started: float) -> BuildResult:
-    from apcir.retrieval.lucene import BM25_B, BM25_K1, LUCENE_DIR, run_index_collection
-
+# ---- backends that index texts ------------------------------------------------------------------
+def _build_from_texts(spec: BackendSpec, path: Path, name: str, out: Path, threads: int, started: float) -> BuildResult:
     work = out / WORK
-    docs = work / "docs"
     if work.exists():
         shutil.rmtree(work)
-    docs.mkdir(parents=True)
-    count = 0
-    with (docs / "docs.jsonl").open("w", encoding="utf-8") as handle:
-        for _, passage in iter_shard(path, 0, 1):
-            handle.write(json.dumps({"id": passage.id, "contents": passage.contents}, ensure_ascii=False) + "\n")
-            count += 1
-    target = out / LUCENE_DIR
-    if target.exists():
-        shutil.rmtree(target)
-    run_index_collection(docs, target, "bm25", threads, work / "lucene.log")
+    work.mkdir(parents=True)
+    facts = spec.call("build", out, (p for _, p in iter_shard(path, 0, 1)), threads=threads, work=work)
     manifest = IndexManifest(
-        backend="lucene-bm25",
+        backend=spec.name,
         collection=CollectionInfo.of(name, path),
-        passages=count,
-        bm25_k1=BM25_K1,
-        bm25_b=BM25_B,
         build_seconds=round(time.perf_counter() - started, 3),
         created=now_iso(),
         apcir_version=__version__,
+        **facts,
     )
     write_manifest(out, manifest)
     shutil.rmtree(work, ignore_errors=True)

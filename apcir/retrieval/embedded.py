@@ -9,21 +9,26 @@ On disk (``indexes/<name>/``)::
 Search is exact: the query matrix (queries x vocabulary, sparse) times the
 postings touches only the posting lists of the query's terms (term-at-a-time
 accumulation inside scipy's sparse product), then the k best per query are
-taken by partial sort. Ties are broken by passage id, as in apcir's run files.
+taken by partial sort, in apcir's one ranking order (:mod:`apcir.contract.runs`).
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
+import zipfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
+from apcir.console import progress as progress_bar
+from apcir.contract.records import Run
+from apcir.contract.reformulations import QueryInput
+from apcir.contract.runs import ranking
 from apcir.errors import ApcirError
-from apcir.models import Run
-from apcir.retrieval.encoder import QueryInput, SpladeEncoder, progress_bar
+from apcir.io import atomic_write, read_text, write_text
+from apcir.retrieval.encoder import SpladeEncoder
 from apcir.retrieval.manifest import IndexManifest
 
 POSTINGS = "postings.npz"
@@ -35,39 +40,65 @@ def save_embedded(index_dir: Path, documents: sp.csr_matrix, ids: list[str]) -> 
     """Write the postings (from a passages x vocabulary matrix) and the id map."""
     if documents.shape[0] != len(ids):
         raise ValueError(f"{documents.shape[0]} vectors for {len(ids)} ids")
-    index_dir.mkdir(parents=True, exist_ok=True)
     postings = sp.csr_matrix(documents.T, dtype=np.float32)  # CSC of documents == CSR of its transpose
     postings.sort_indices()
-    tmp = index_dir / (POSTINGS + ".tmp.npz")
-    sp.save_npz(tmp, postings, compressed=False)
-    os.replace(tmp, index_dir / POSTINGS)
-    tmp_ids = index_dir / (IDS + ".tmp")
-    tmp_ids.write_text("".join(f"{pid}\n" for pid in ids), encoding="utf-8")
-    os.replace(tmp_ids, index_dir / IDS)
+    with atomic_write(index_dir / POSTINGS, "wb") as handle:
+        sp.save_npz(handle, postings, compressed=False)
+    write_text(index_dir / IDS, "".join(f"{pid}\n" for pid in ids))
+
+
+def write_index(
+    out: Path, chunks: Iterable[tuple[list[str], sp.csr_matrix]], encoder: SpladeEncoder, *, threads: int,
+    work: Path,
+) -> dict[str, Any]:
+    """The backend's ``build``: stack the encoded chunks into the postings of ``out``."""
+    ids: list[str] = []
+    blocks = []
+    for chunk_ids, matrix in chunks:
+        ids.extend(chunk_ids)
+        blocks.append(matrix)
+    documents = (sp.vstack(blocks, format="csr", dtype=np.float32) if blocks
+                 else sp.csr_matrix((0, encoder.vocab_size), dtype=np.float32))
+    save_embedded(out, documents, ids)
+    return {"nonzeros": int(documents.nnz)}
+
+
+def open_index(folder: Path, manifest: IndexManifest | None, encoder: SpladeEncoder | None, *,
+               threads: int) -> EmbeddedIndex:
+    """The backend's ``open``."""
+    if manifest is None or encoder is None:
+        raise ApcirError("an embedded index needs its manifest and a query encoder", path=folder)
+    return EmbeddedIndex(folder, manifest, encoder)
 
 
 def load_embedded(index_dir: Path) -> tuple[sp.csr_matrix, list[str]]:
     """Postings (vocabulary x passages) and the passage ids."""
+    for name in (POSTINGS, IDS):
+        if not (index_dir / name).is_file():
+            raise ApcirError(f"embedded index is incomplete: {name} is missing", path=index_dir)
     try:
         postings = sp.load_npz(index_dir / POSTINGS).tocsr()
-        ids = (index_dir / IDS).read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError as exc:
-        raise ApcirError(f"embedded index is incomplete: {Path(str(exc.filename)).name} is missing", path=index_dir) from None
+    except (zipfile.BadZipFile, ValueError, KeyError, EOFError, OSError) as exc:
+        raise ApcirError(
+            f"embedded index is corrupt: {POSTINGS} cannot be read ({type(exc).__name__}: {exc}); rebuild it with "
+            "`apcir index build ... --overwrite`",
+            path=index_dir,
+        ) from None
+    ids = read_text(index_dir / IDS, "index id map").splitlines()
     if postings.shape[1] != len(ids):
         raise ApcirError(f"embedded index is inconsistent: {postings.shape[1]} columns, {len(ids)} ids", path=index_dir)
     return postings, ids
 
 
 def top_k(doc_indices: np.ndarray, scores: np.ndarray, ids: list[str], k: int) -> dict[str, float]:
-    """The k best (passage id -> score) among positive scores; ties at the cut broken by passage id."""
+    """The k best (passage id -> score) among positive scores, in the ranking order (ties at the cut included)."""
     positive = scores > 0
     doc_indices, scores = doc_indices[positive], scores[positive]
     if len(scores) > k:
         threshold = np.partition(scores, len(scores) - k)[len(scores) - k]
         keep = scores >= threshold
         doc_indices, scores = doc_indices[keep], scores[keep]
-    hits = sorted(((ids[d], float(s)) for d, s in zip(doc_indices, scores)), key=lambda h: (-h[1], h[0]))
-    return dict(hits[:k])
+    return dict(ranking({ids[d]: float(s) for d, s in zip(doc_indices, scores)}, k))
 
 
 def search_matrix(

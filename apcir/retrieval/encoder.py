@@ -17,14 +17,15 @@ directory holding a ``BertForMaskedLM``-style checkpoint.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
 
+from apcir.console import progress as progress_bar
+from apcir.contract.reformulations import QueryInput
 from apcir.errors import ApcirError
 
 if TYPE_CHECKING:  # torch and sentence-transformers load only when a model does
@@ -34,8 +35,6 @@ SPLADE_TINY = "splade-tiny"
 DEFAULT_MODEL = "naver/splade-v3"
 NON_GATED_ALTERNATIVE = "naver/splade-cocondenser-ensembledistil"
 
-# A query is its text, or (query text, pseudo-response or None).
-QueryInput = str | tuple[str, str | None]
 
 
 def splade_tiny_path() -> Path:
@@ -286,31 +285,3 @@ def _max_pooling_class() -> type:
             return features
 
     return MaxFirstSpladePooling
-
-
-@contextmanager
-def progress_bar(description: str, total: int, enabled: bool = True) -> Iterator[Any]:
-    """A rich progress bar on stderr; yields ``advance(n)``."""
-    if not enabled:
-        yield lambda n: None
-        return
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-    )
-
-    from apcir.cli.common import err_console
-
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=err_console,
-        transient=False,
-    ) as bar:
-        task = bar.add_task(description, total=total)
-        yield lambda n: bar.advance(task, n)

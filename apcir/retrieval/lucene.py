@@ -25,18 +25,21 @@ process through pyserini (see :mod:`apcir.retrieval.java`).
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
+from apcir.contract.records import Passage, Run
+from apcir.contract.reformulations import QueryInput
+from apcir.contract.runs import ranking
 from apcir.errors import ApcirError
-from apcir.models import Run
 from apcir.retrieval.embedded import check_k
-from apcir.retrieval.encoder import QueryInput, SpladeEncoder
+from apcir.retrieval.encoder import SpladeEncoder
 from apcir.retrieval.java import JVM_OPTIONS, anserini_jar, java_home, lucene
 from apcir.retrieval.manifest import IndexManifest
 
@@ -94,9 +97,10 @@ def _join(query: QueryInput) -> str:
 def _hits_to_run(turn_ids: list[str], hits: Mapping[str, Any], divisor: float, k: int) -> Run:
     run: Run = {}
     for turn in turn_ids:
-        scored = [(str(h.docid), float(h.score) / divisor) for h in hits.get(turn, [])]
-        scored.sort(key=lambda h: (-h[1], h[0]))
-        run[turn] = dict(scored[:k])
+        scored: dict[str, float] = {}
+        for h in hits.get(turn, []):
+            scored.setdefault(str(h.docid), float(h.score) / divisor)
+        run[turn] = dict(ranking(scored, k))
     return run
 
 
@@ -168,3 +172,53 @@ class LuceneSplade:
         asked = [t for t in turn_ids if vectors[t]]
         hits = self.searcher.batch_search(asked, asked, k=k, threads=self.threads) if asked else {}
         return _hits_to_run(turn_ids, hits, float(self.scale * self.scale), k)
+
+
+# ---- the registry's build and open functions ------------------------------------------------------
+def write_impact_index(
+    out: Path, chunks: Iterable[tuple[list[str], sp.csr_matrix]], encoder: SpladeEncoder, *, threads: int,
+    work: Path,
+) -> dict[str, Any]:
+    """``lucene-splade``'s ``build``: quantised vectors as a JsonVectorCollection, indexed by Anserini."""
+    vectors = work / "vectors"
+    vectors.mkdir(parents=True, exist_ok=True)
+    nonzeros = 0
+    for number, (chunk_ids, matrix) in enumerate(chunks):
+        nonzeros += int(matrix.nnz)
+        write_vector_collection(vectors / f"part-{number:06d}.jsonl", chunk_ids, matrix, encoder.vocabulary)
+    target = out / LUCENE_DIR
+    if target.exists():
+        shutil.rmtree(target)
+    run_index_collection(vectors, target, "impact", threads, work / "lucene.log")
+    return {"nonzeros": nonzeros, "quantization_scale": QUANTIZATION_SCALE}
+
+
+def build_bm25_index(out: Path, passages: Iterable[Passage], *, threads: int, work: Path) -> dict[str, Any]:
+    """``lucene-bm25``'s ``build``: the passage texts as a JsonCollection, indexed by Anserini with positions."""
+    docs = work / "docs"
+    docs.mkdir(parents=True, exist_ok=True)
+    count = 0
+    with (docs / "docs.jsonl").open("w", encoding="utf-8") as handle:
+        for passage in passages:
+            handle.write(json.dumps({"id": passage.id, "contents": passage.contents}, ensure_ascii=False) + "\n")
+            count += 1
+    target = out / LUCENE_DIR
+    if target.exists():
+        shutil.rmtree(target)
+    run_index_collection(docs, target, "bm25", threads, work / "lucene.log")
+    return {"passages": count, "bm25_k1": BM25_K1, "bm25_b": BM25_B}
+
+
+def open_impact_index(folder: Path, manifest: IndexManifest | None, encoder: SpladeEncoder | None, *,
+                      threads: int) -> LuceneSplade:
+    if encoder is None:
+        raise ApcirError(
+            "a Lucene impact index needs the query encoder it was built with (--encoder, e.g. naver/splade-v3)",
+            path=folder,
+        )
+    return LuceneSplade(folder, manifest, encoder, threads=threads)
+
+
+def open_bm25_index(folder: Path, manifest: IndexManifest | None, encoder: object, *, threads: int) -> LuceneBM25:
+    return LuceneBM25(folder, manifest, threads=threads)
+

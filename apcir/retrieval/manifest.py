@@ -7,8 +7,6 @@ collection (path, size, modification time, SHA-256) and counts.
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,11 +16,9 @@ from pydantic import BaseModel, ValidationError
 
 from apcir.datasets.collection import collection_fingerprint
 from apcir.errors import ApcirError
+from apcir.io import read_text, write_json
 
 MANIFEST = "manifest.json"
-BackendName = Literal["embedded", "lucene-bm25", "lucene-splade"]
-BACKENDS: tuple[str, ...] = ("embedded", "lucene-bm25", "lucene-splade")
-SPLADE_BACKENDS: tuple[str, ...] = ("embedded", "lucene-splade")
 
 
 class CollectionInfo(BaseModel):
@@ -58,7 +54,7 @@ class CollectionInfo(BaseModel):
 class IndexManifest(BaseModel):
     format: Literal["apcir-index"] = "apcir-index"
     version: int = 1
-    backend: BackendName
+    backend: str
     model: str | None = None
     query_max_length: int | None = None
     response_max_length: int | None = None
@@ -79,6 +75,11 @@ class IndexManifest(BaseModel):
         return f"{self.backend} index of {self.collection.name} ({self.passages} passages, {what})"
 
 
+def is_foreign_lucene(folder: Path) -> bool:
+    """A Lucene index directory without an apcir manifest (e.g. one the iKAT organisers distribute)."""
+    return folder.is_dir() and not (folder / MANIFEST).exists() and any(folder.glob("segments_*"))
+
+
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
@@ -92,7 +93,7 @@ def read_manifest(index_dir: Path) -> IndexManifest:
             "not an apcir index (no manifest.json); build one with `apcir index build`", path=index_dir
         )
     try:
-        return IndexManifest.model_validate_json(path.read_text(encoding="utf-8"))
+        return IndexManifest.model_validate_json(read_text(path, "index manifest"))
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
@@ -100,10 +101,7 @@ def read_manifest(index_dir: Path) -> IndexManifest:
 
 
 def write_manifest(index_dir: Path, manifest: IndexManifest) -> None:
-    index_dir.mkdir(parents=True, exist_ok=True)
-    tmp = index_dir / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest.model_dump(), indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, index_dir / MANIFEST)
+    write_json(index_dir / MANIFEST, manifest.model_dump(), indent=2)
 
 
 @dataclass(frozen=True)
@@ -130,6 +128,7 @@ def index_status(
     """
     from apcir.datasets.registry import collection_path
     from apcir.retrieval.encoder import canonical_model_name
+    from apcir.retrieval.registry import BACKENDS
 
     folder = Path(index_dir)
     if not (folder / MANIFEST).exists():
@@ -142,7 +141,7 @@ def index_status(
         return IndexStatus(
             False, f"index was built from {manifest.collection.path}, whose contents differ from {path}", manifest
         )
-    if backend in SPLADE_BACKENDS:
+    if BACKENDS.get(backend).encoder is not None:
         wanted = canonical_model_name(model) if model else None
         if wanted is not None and manifest.model != wanted:
             return IndexStatus(False, f"index was built with {manifest.model}, not {wanted}", manifest)

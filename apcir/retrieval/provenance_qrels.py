@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from apcir.models import Qrels
+from apcir.contract.records import Qrels
 
 SOURCE_QRELS = "ikat23-test"
 COLLECTION = "ikat23-provenance"

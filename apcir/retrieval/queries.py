@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from apcir.contract.reformulations import LIST_NAMES, QueryInput, load_reformulations
 from apcir.errors import ApcirError
 from apcir.ids import canonical_turn_id
-from apcir.retrieval.encoder import QueryInput
+from apcir.io import iter_lines
 
-FIELDS: tuple[str, ...] = ("rewrite", "rewrite_response", "third")
+FIELDS: tuple[str, ...] = LIST_NAMES
 
 
 @dataclass
@@ -38,10 +39,9 @@ def load_queries(path: Path, field_name: str | None = None) -> QuerySet:
 def _is_jsonl(path: Path) -> bool:
     if path.suffix in (".jsonl", ".json"):
         return True
-    with path.open(encoding="utf-8", errors="replace") as handle:
-        for line in handle:
-            if line.strip():
-                return line.lstrip().startswith("{")
+    for _, line in iter_lines(path, "queries file"):
+        if line.strip():
+            return line.lstrip().startswith("{")
     return False
 
 
@@ -57,31 +57,28 @@ def _turn_id(raw: str, path: Path, number: int) -> str:
 
 def _from_tsv(path: Path) -> dict[str, QueryInput]:
     queries: dict[str, QueryInput] = {}
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            parts = line.rstrip("\n").rstrip("\r").split("\t")
-            if len(parts) not in (2, 3):
-                raise ApcirError(
-                    f"expected 'turn_id<TAB>query' or 'turn_id<TAB>query<TAB>response', found {len(parts)} field(s)",
-                    path=path,
-                    line=number,
-                )
-            turn = _turn_id(parts[0], path, number)
-            if turn in queries:
-                raise ApcirError(f"turn {turn} appears twice", path=path, line=number)
-            if not parts[1].strip():
-                raise ApcirError(f"turn {turn} has an empty query", path=path, line=number)
-            queries[turn] = parts[1] if len(parts) == 2 else (parts[1], parts[2] or None)
+    for number, line in iter_lines(path, "queries file"):
+        if not line.strip():
+            continue
+        parts = line.split("\t")
+        if len(parts) not in (2, 3):
+            raise ApcirError(
+                f"expected 'turn_id<TAB>query' or 'turn_id<TAB>query<TAB>response', found {len(parts)} field(s)",
+                path=path,
+                line=number,
+            )
+        turn = _turn_id(parts[0], path, number)
+        if turn in queries:
+            raise ApcirError(f"turn {turn} appears twice", path=path, line=number)
+        if not parts[1].strip():
+            raise ApcirError(f"turn {turn} has an empty query", path=path, line=number)
+        queries[turn] = parts[1] if len(parts) == 2 else (parts[1], parts[2] or None)
     if not queries:
         raise ApcirError("queries file holds no queries", path=path)
     return queries
 
 
 def _from_reformulations(path: Path, field_name: str | None) -> QuerySet:
-    from apcir.llm.schema import load_reformulations
-
     if field_name is None:
         raise ApcirError(
             f"a reformulations file holds three inputs per turn; choose one with --field {'|'.join(FIELDS)}", path=path

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from apcir import datasets
-from apcir.llm.schema import ReformulationOutput
-from apcir.models import Turn
+from apcir.contract.records import Turn
+from apcir.contract.reformulations import ReformulationOutput
 
 DEMONSTRATION_SOURCE = "ikat23-train"
 

@@ -41,14 +41,15 @@ one, 30% of those without).
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections import Counter
+from pathlib import Path
 
-from apcir.llm.schema import Level, ReformulationOutput, ReformulationRecord, Usage
-from apcir.models import Turn
+from apcir.contract.records import Turn
+from apcir.contract.reformulations import Level, ReformulationOutput, ReformulationRecord, Usage
 
-OFFLINE_MODELS: tuple[str, ...] = ("manual", "heuristic")
 HEURISTIC_VERSION = "heuristic-v1"
 MANUAL_VERSION = "manual-v1"
 
@@ -425,3 +426,8 @@ def offline_record(turn: Turn, model: str) -> ReformulationRecord:
         output=output,
         usage=Usage(),
     )
+
+
+def source_identity() -> str:
+    """A hash of this module's code: what the offline reformulators write changes only when it does."""
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]

@@ -19,11 +19,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from apcir.errors import ApcirError
+from apcir.io import read_json, write_text
+
 STAGES_FILE = "stages.json"
 
 
 def file_digest(path: Path) -> str:
-    """SHA-256 of a file's bytes, or of a directory's ``manifest.json`` when given a directory."""
+    """SHA-256 of a file's bytes; for a directory, of its ``manifest.json``, else of its files' names and sizes."""
+    if path.is_dir() and not (path / "manifest.json").exists():
+        listing = sorted(f"{p.relative_to(path)} {p.stat().st_size} {p.stat().st_mtime_ns}"
+                         for p in path.rglob("*") if p.is_file())
+        return hashlib.sha256("\n".join(listing).encode()).hexdigest()
     target = path / "manifest.json" if path.is_dir() else path
     digest = hashlib.sha256()
     with target.open("rb") as handle:
@@ -61,15 +68,15 @@ class StageLedger:
 
     def __init__(self, run_dir: Path):
         self.path = run_dir / STAGES_FILE
-        self.entries: dict[str, dict[str, Any]] = (
-            json.loads(self.path.read_text(encoding="utf-8")) if self.path.exists() else {}
-        )
+        self.entries: dict[str, dict[str, Any]] = {}
+        if self.path.exists():
+            data = read_json(self.path, "stage ledger")
+            if not isinstance(data, dict) or not all(isinstance(v, dict) and "fingerprint" in v for v in data.values()):
+                raise ApcirError("not a stage ledger; delete it to redo every stage", path=self.path)
+            self.entries = data
 
     def _save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(self.entries, indent=1, sort_keys=True), encoding="utf-8")
-        tmp.replace(self.path)
+        write_text(self.path, json.dumps(self.entries, indent=1, sort_keys=True))
 
     def run(
         self,
@@ -81,7 +88,7 @@ class StageLedger:
         """Run ``work`` unless the stage finished before with the same inputs; ``work`` returns a detail line."""
         key = fingerprint(inputs)
         entry = self.entries.get(name)
-        if entry and entry["fingerprint"] == key and entry["finished"] and all(p.exists() for p in outputs):
+        if entry and entry["fingerprint"] == key and entry.get("finished") and all(p.exists() for p in outputs):
             return StageOutcome(name, ran=False, seconds=0.0, detail=entry.get("detail", ""))
         if entry and entry["fingerprint"] != key:
             for path in outputs:  # inputs changed: what is on disk belongs to other inputs

@@ -3,7 +3,7 @@
 The APCIR paper marks significant differences with a paired t-test at
 p < 0.05 with Bonferroni correction. ranx implements the same test, but on its
 own metric implementations; apcir keeps every number trec_eval's, so the test
-runs here with scipy on the per-turn values that :func:`apcir.evaluation.evaluate`
+runs here with scipy on the per-turn values that :func:`apcir.metrics.trec_eval`
 returns. Systems are paired on the turns both were evaluated on.
 """
 

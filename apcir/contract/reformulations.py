@@ -1,26 +1,33 @@
-"""The reformulation records every later stage reads.
+"""The reformulation records every stage after the first reads.
 
-:class:`ReformulationOutput` is what the LLM (or an offline reformulator)
-must return for one turn; :class:`ReformulationRecord` is one line of the
-reformulations JSONL: that output plus where it came from and what it cost.
+:class:`ReformulationOutput` is what a reformulator (an LLM, an offline rule,
+or a file of rewrites made elsewhere) gives for one turn: the personalisation
+level and three retrieval inputs. :class:`ReformulationRecord` is one line of
+the reformulations JSONL: that output plus where it came from and what it cost.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from apcir.datasets.jsonio import iter_jsonl
+from apcir.contract.records import Turn
 from apcir.errors import ApcirError
 from apcir.ids import canonical_turn_id
+from apcir.io import iter_jsonl
 
 Level = Literal["a", "b", "c"]
 LEVELS: tuple[Level, ...] = ("a", "b", "c")
 
 # The three reformulated inputs retrieved per turn, in fusion order (w1, w2, w3).
 LIST_NAMES: tuple[str, ...] = ("rewrite", "rewrite_response", "third")
+
+# A retrieval input: a text, or (query text, pseudo-response or None), so that an
+# encoder can cut each part to its own length budget before joining them.
+QueryInput = str | tuple[str, str | None]
 
 
 class ReformulationOutput(BaseModel):
@@ -35,6 +42,11 @@ class ReformulationOutput(BaseModel):
     third_rewrite: str = Field(description="level a: another neutral rewrite q''; b/c: personalised rewrite q^u")
     third_response: str = Field(description="pseudo-response to third_rewrite")
     ptkb_used: list[str] = Field(default_factory=list, description="ids of the PTKB statements the third rewrite used")
+
+    @property
+    def personalised_text(self) -> str:
+        """The third input as one text (q^u + r^u at levels b/c): what DEPS compares with the passages."""
+        return f"{self.third_rewrite} {self.third_response}".strip()
 
 
 class Usage(BaseModel):
@@ -57,8 +69,11 @@ class ReformulationRecord(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     demonstrations: list[str] = Field(default_factory=list, description="turn ids used as few-shot demonstrations")
     cached: bool = Field(default=False, description="the answer came from the LLM cache (no request sent)")
+    notes: list[str] = Field(
+        default_factory=list, description="what the reformulator filled in itself (e.g. a level from a fallback)"
+    )
 
-    def list_inputs(self) -> dict[str, tuple[str, str | None]]:
+    def list_inputs(self) -> dict[str, QueryInput]:
         """The three retrieval inputs as (query, response-or-None), keyed by :data:`LIST_NAMES`.
 
         Queries and responses are kept apart so the encoder can truncate each
@@ -77,13 +92,43 @@ class ReformulationRecord(BaseModel):
 def load_reformulations(path: Path) -> dict[str, ReformulationRecord]:
     """Records by canonical turn id; a later line for the same turn replaces an earlier one."""
     records: dict[str, ReformulationRecord] = {}
-    for number, raw in iter_jsonl(path):
+    for number, raw in iter_jsonl(path, "reformulations file"):
         try:
             record = ReformulationRecord.model_validate(raw)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
             raise ApcirError(f"not a reformulation record: {where}: {first['msg']}", path=path, line=number) from None
-        turn_id = canonical_turn_id(record.turn_id)
+        try:
+            turn_id = canonical_turn_id(record.turn_id)
+        except ApcirError as exc:
+            raise ApcirError(str(exc), path=path, line=number) from None
         records[turn_id] = record.model_copy(update={"turn_id": turn_id})
     return records
+
+
+FALLBACK_REASONING = "fallback: the reformulator failed on this turn"
+
+
+def with_fallbacks(records: Mapping[str, ReformulationRecord], turns: Iterable[Turn]) -> dict[str, ReformulationRecord]:
+    """A record for every turn: a failed or missing turn is searched with its utterance at level a.
+
+    The record keeps ``status: failed`` (and the error), so every later stage
+    can tell it apart; its output is the raw utterance in all three inputs.
+    """
+    filled = {}
+    for turn in turns:
+        record = records.get(turn.turn_id)
+        if record is None or record.output is None:
+            output = ReformulationOutput(reasoning=FALLBACK_REASONING, level="a", rewrite=turn.utterance, response="",
+                                         third_rewrite=turn.utterance, third_response="")
+            record = ReformulationRecord(turn_id=turn.turn_id, model=record.model if record else "none",
+                                         status="failed", output=output,
+                                         error=record.error if record else "no record")
+        filled[turn.turn_id] = record
+    return filled
+
+
+def levels_of(records: Mapping[str, ReformulationRecord]) -> dict[str, str]:
+    """``turn_id -> level`` of every record with an output."""
+    return {t: r.output.level for t, r in records.items() if r.output is not None}

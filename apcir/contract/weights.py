@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import json
+import math
 from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
+from apcir.console import warn
 from apcir.errors import ApcirError
+from apcir.io import read_json, write_text
 
 
 class LevelWeights(BaseModel):
@@ -56,6 +58,7 @@ class WeightsFile(BaseModel):
     depth: int = 1000
     rel_threshold: int = 1
     tie_rule: str = ""
+    min_turns: int = Field(1, description="a level with fewer tuning turns uses the all-turns weights")
     tuned_on: TunedOn = Field(default_factory=TunedOn)
     levels: dict[str, LevelWeights]
     all_turns: LevelWeights | None = Field(
@@ -69,30 +72,64 @@ class WeightsFile(BaseModel):
             )
         return tuple(self.levels[level].weights)
 
+    @property
+    def n_weights(self) -> int:
+        """Weights per level (= the number of runs these weights fuse)."""
+        return len(next(iter(self.levels.values())).weights)
+
     def save(self, path: str | Path) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        write_text(Path(path), self.model_dump_json(indent=2) + "\n")
+
+
+def weight_problems(weights: WeightsFile) -> tuple[list[str], list[str]]:
+    """(errors, warnings) about the weight vectors.
+
+    Errors: no levels, vectors of different lengths, a weight that is not a
+    finite number, a vector of zeros (every fused score would be 0). Warnings:
+    a negative weight or a vector that does not sum to 1 (the fusion still
+    works, as trec_eval accepts any scores, but the grid search never makes them).
+    """
+    errors: list[str] = []
+    warnings: list[str] = []
+    if not weights.levels:
+        return ["no levels: expected weight vectors for levels a, b and c"], []
+    vectors = dict(weights.levels)
+    if weights.all_turns is not None:
+        vectors["all_turns"] = weights.all_turns
+    sizes = {len(lw.weights) for lw in vectors.values()}
+    if len(sizes) > 1:
+        errors.append(f"weight vectors of different lengths {sorted(sizes)}")
+    for name, lw in vectors.items():
+        where = f"level {name}" if name != "all_turns" else "all_turns"
+        if not lw.weights:
+            errors.append(f"{where}: empty weight vector")
+            continue
+        if not all(math.isfinite(w) for w in lw.weights):
+            errors.append(f"{where}: weights {lw.weights} are not all finite numbers")
+            continue
+        if all(w == 0 for w in lw.weights):
+            errors.append(f"{where}: all weights are 0, so every fused score would be 0")
+            continue
+        if any(w < 0 for w in lw.weights):
+            warnings.append(f"{where}: negative weight in {lw.weights}")
+        if abs(sum(lw.weights) - 1.0) > 1e-6:
+            warnings.append(f"{where}: weights {lw.weights} sum to {sum(lw.weights):g}, not 1")
+    return errors, warnings
 
 
 def load_weights(path: str | Path) -> WeightsFile:
-    """Read and validate a ``weights.json``."""
+    """Read and validate a ``weights.json``; unusable weights are an error, unusual ones a warning."""
     path = Path(path)
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ApcirError("weights file not found", path=path) from None
-    except json.JSONDecodeError as exc:
-        raise ApcirError(f"not JSON: {exc.msg}", path=path, line=exc.lineno) from None
+    raw = read_json(path, "weights file")
     try:
         weights = WeightsFile.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise ApcirError(f"not a weights file: {where}: {first['msg']}", path=path) from None
-    sizes = {len(lw.weights) for lw in weights.levels.values()}
-    if len(sizes) > 1:
-        raise ApcirError(
-            f"levels have weight vectors of different lengths {sorted(sizes)}", path=path
-        )
+    errors, warnings = weight_problems(weights)
+    if errors:
+        raise ApcirError("unusable weights: " + "; ".join(errors), path=path)
+    for message in warnings:
+        warn(f"{path}: {message}")
     return weights

@@ -1,4 +1,4 @@
-"""Typed records shared by every stage."""
+"""The records of the data every stage starts from: turns of a conversation, passages, runs and judgements."""
 
 from __future__ import annotations
 

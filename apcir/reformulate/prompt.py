@@ -17,11 +17,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from apcir.llm.demonstrations import Demonstration, select_demonstrations
-from apcir.llm.schema import ReformulationOutput
-from apcir.models import Turn
-
-PROMPT_VERSION = "apcir-reformulate-v1"
+from apcir.contract.records import Turn
+from apcir.contract.reformulations import ReformulationOutput
+from apcir.reformulate.demonstrations import Demonstration, select_demonstrations
 
 Message = dict[str, str]
 
@@ -29,7 +27,7 @@ Message = dict[str, str]
 class PromptOptions(BaseModel):
     """What goes into the prompt (the ablation switches of the paper, Fig. 4)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     cot: bool = Field(
         default=True, description="ask for a short reasoning before the answer (chain of thought)"

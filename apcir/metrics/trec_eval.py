@@ -16,8 +16,8 @@ from __future__ import annotations
 import pytrec_eval
 from pydantic import BaseModel
 
-from apcir.evaluation.measures import Measure, parse_measures, pytrec_eval_spec
-from apcir.models import Qrels, Run
+from apcir.contract.records import Qrels, Run
+from apcir.metrics.measures import Measure, parse_measures, pytrec_eval_spec
 
 
 class Evaluation(BaseModel):

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from apcir.contract.reformulations import LEVELS, load_reformulations
 from apcir.errors import ApcirError
 from apcir.ids import canonical_turn_id
-from apcir.llm.schema import LEVELS, load_reformulations
+from apcir.io import iter_lines, write_text
 
 
 def load_levels(path: str | Path) -> dict[str, str]:
     """``turn_id -> level`` from ``turn_id<TAB>level`` lines or a reformulations ``.jsonl``.
 
-    A JSONL file is read with :func:`apcir.llm.schema.load_reformulations`;
+    A JSONL file is read with :func:`apcir.contract.reformulations.load_reformulations`;
     a failed record has no level and is an error naming the turns (the fusion
     cannot pick weights for them). In a TSV, blank lines and lines starting
     with ``#`` are skipped, and a header line ``turn_id<TAB>level`` is allowed.
@@ -40,36 +41,35 @@ def _from_reformulations(path: Path) -> dict[str, str]:
 
 def _from_tsv(path: Path) -> dict[str, str]:
     levels: dict[str, str] = {}
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            text = line.strip()
-            if not text or text.startswith("#"):
-                continue
-            fields = text.split("\t") if "\t" in text else text.split()
-            if len(fields) != 2:
-                raise ApcirError(
-                    f"expected 'turn_id<TAB>level', found {len(fields)} field(s)",
-                    path=path,
-                    line=number,
-                )
-            turn, level = fields[0].strip(), fields[1].strip().lower()
-            if number == 1 and turn.lower() in {"turn_id", "turn", "qid"}:
-                continue
-            if level not in LEVELS:
-                raise ApcirError(
-                    f"level {fields[1]!r} is not one of {', '.join(LEVELS)}", path=path, line=number
-                )
-            try:
-                turn_id = canonical_turn_id(turn)
-            except ApcirError as exc:
-                raise ApcirError(str(exc), path=path, line=number) from None
-            if turn_id in levels and levels[turn_id] != level:
-                raise ApcirError(
-                    f"turn {turn_id} has two levels ({levels[turn_id]} and {level})",
-                    path=path,
-                    line=number,
-                )
-            levels[turn_id] = level
+    for number, line in iter_lines(path, "levels file"):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        fields = text.split("\t") if "\t" in text else text.split()
+        if len(fields) != 2:
+            raise ApcirError(
+                f"expected 'turn_id<TAB>level', found {len(fields)} field(s)",
+                path=path,
+                line=number,
+            )
+        turn, level = fields[0].strip(), fields[1].strip().lower()
+        if number == 1 and turn.lower() in {"turn_id", "turn", "qid"}:
+            continue
+        if level not in LEVELS:
+            raise ApcirError(
+                f"level {fields[1]!r} is not one of {', '.join(LEVELS)}", path=path, line=number
+            )
+        try:
+            turn_id = canonical_turn_id(turn)
+        except ApcirError as exc:
+            raise ApcirError(str(exc), path=path, line=number) from None
+        if turn_id in levels and levels[turn_id] != level:
+            raise ApcirError(
+                f"turn {turn_id} has two levels ({levels[turn_id]} and {level})",
+                path=path,
+                line=number,
+            )
+        levels[turn_id] = level
     if not levels:
         raise ApcirError("levels file has no 'turn_id<TAB>level' lines", path=path)
     return levels
@@ -77,9 +77,7 @@ def _from_tsv(path: Path) -> dict[str, str]:
 
 def write_levels(levels: dict[str, str], path: str | Path) -> None:
     """Write ``turn_id<TAB>level`` lines, turns sorted."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(f"{t}\t{levels[t]}\n" for t in sorted(levels)), encoding="utf-8")
+    write_text(Path(path), "".join(f"{t}\t{levels[t]}\n" for t in sorted(levels)))
 
 
 def check_levels(levels: dict[str, str], turns: list[str], *, what: str = "the runs") -> None:

@@ -1,0 +1,214 @@
+"""``apcir reformulate`` (the reformulation stage) and ``apcir prompt`` (inspect the prompt a turn gets)."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from apcir import datasets
+from apcir.cli.common import console, print_json, settings
+from apcir.errors import ApcirError
+from apcir.reformulate.options import ReformulatorOptions, parse_map
+from apcir.reformulate.prompt import PromptOptions, build_prompt, estimate_tokens
+from apcir.reformulate.registry import usage_help
+from apcir.reformulate.stage import ReformulateSummary, reformulate
+
+_NO_COT = typer.Option(False, "--no-cot", help="Ablation: no reasoning asked for (no chain of thought).")
+_NO_EXAMPLES = typer.Option(False, "--no-level-examples", help="Ablation: no short examples per level.")
+_DEMOS = typer.Option(3, "--demonstrations", min=0, max=6, help="Few-shot demonstrations (0: ablation without).")
+_NO_DEMOS = typer.Option(False, "--no-demonstrations", help="Ablation: same as --demonstrations 0.")
+_HISTORY = typer.Option(None, "--history-turns", min=0, help="Keep only the last N history turns (default all).")
+_RESPONSE_CHARS = typer.Option(
+    None, "--history-response-chars", min=0, help="Cut history responses to N characters (default whole)."
+)
+
+
+def prompt_options(
+    no_cot: bool, no_level_examples: bool, demonstrations: int, no_demonstrations: bool,
+    history_turns: int | None, response_chars: int | None,
+) -> PromptOptions:
+    """The prompt switches as the config's ``[reformulator.prompt]`` holds them."""
+    return settings(
+        PromptOptions,
+        cot=not no_cot,
+        level_examples=not no_level_examples,
+        demonstrations=0 if no_demonstrations else demonstrations,
+        history_turns=history_turns,
+        history_response_chars=response_chars,
+    )
+
+
+def reformulate_command(
+    topics: str = typer.Option(..., "--topics", "-t", help="Bundled topics (ikat23-test, ...) or a topic file."),
+    llm: str = typer.Option(..., "--llm", "-m", help=f"Who reformulates: {usage_help()}."),
+    out: Path = typer.Option(..., "--out", "-o", help="Reformulations JSONL (appended; a re-run resumes)."),
+    turns: list[str] = typer.Option(None, "--turns", help="Only these turn ids (repeat or comma-separate)."),
+    judged_only: str = typer.Option(None, "--judged-only", help="Only turns judged in these qrels (name or file)."),
+    base_url: str = typer.Option(
+        None, "--base-url", help="OpenAI-compatible server, e.g. http://localhost:8000/v1 (default OPENAI_BASE_URL)."
+    ),
+    api_key_env: str = typer.Option(
+        "OPENAI_API_KEY", "--api-key-env", help="Environment variable holding the API key."
+    ),
+    cache_dir: Path = typer.Option(
+        None, "--cache-dir", help="LLM answer cache (default $APCIR_CACHE_DIR or ~/.cache/apcir/llm)."
+    ),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the cache."),
+    refresh: bool = typer.Option(
+        False, "--refresh", help="Start over: ignore the output's records and cached answers (the cache is updated)."
+    ),
+    concurrency: int = typer.Option(8, "--concurrency", "-j", min=1, help="Requests in flight at most."),
+    structured: str = typer.Option(
+        "auto", "--structured", help="Structured output: auto, json_schema, json_object or none."
+    ),
+    no_cot: bool = _NO_COT,
+    no_level_examples: bool = _NO_EXAMPLES,
+    demonstrations: int = _DEMOS,
+    no_demonstrations: bool = _NO_DEMOS,
+    history_turns: int = _HISTORY,
+    history_response_chars: int = _RESPONSE_CHARS,
+    temperature: float = typer.Option(0.0, "--temperature", help="Sampling temperature."),
+    max_tokens: int = typer.Option(1024, "--max-tokens", min=1, help="Answer length limit in tokens."),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds before a request is abandoned (and retried)."),
+    max_retries: int = typer.Option(6, "--max-retries", min=0, help="Retries on 429, 5xx and timeouts."),
+    retry_delay: float = typer.Option(
+        1.0, "--retry-delay", min=0.0, help="First backoff delay in seconds (doubles)."
+    ),
+    prices: Path = typer.Option(
+        None, "--prices", help='JSON price file {"model": {"input": $/1M, "output": $/1M}}.'
+    ),
+    field_map: list[str] = typer.Option(
+        None, "--map", help="file:PATH only: apcir_field=file_field pairs, e.g. rewrite=rar_rw,response=rar_rs."
+    ),
+    level_fallback: str = typer.Option(
+        "a", "--level-fallback", help="file:PATH only: level of turns the file gives none for: a or heuristic."
+    ),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Personalisation level and three reformulations per turn, one JSONL record per turn."""
+    options = settings(
+        ReformulatorOptions,
+        llm=llm, base_url=base_url, api_key_env=api_key_env, concurrency=concurrency,
+        cache_dir=str(cache_dir) if cache_dir else None, no_cache=no_cache, structured=structured,
+        temperature=temperature, max_tokens=max_tokens, timeout=timeout, max_retries=max_retries,
+        retry_delay=retry_delay, prices=str(prices) if prices else None,
+        prompt=prompt_options(no_cot, no_level_examples, demonstrations, no_demonstrations, history_turns,
+                              history_response_chars),
+        map=parse_map(field_map), level_fallback=level_fallback,
+    )
+    selected = datasets.select_turns(topics, turns, judged_only)
+    summary = reformulate(selected, options, out, refresh=refresh, progress=not no_progress)
+    if as_json:
+        print_json(summary.model_dump())
+    else:
+        print_summary(summary)
+    if summary.failed:
+        raise typer.Exit(1)
+
+
+def print_summary(summary: ReformulateSummary) -> None:
+    table = Table(title=f"reformulate {summary.model} -> {summary.out}")
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    rows = [
+        ("turns asked for", summary.turns),
+        ("already done (resumed)", summary.skipped),
+        ("written now: ok", summary.ok),
+        ("written now: failed", summary.failed),
+        ("answers from cache", summary.cache_hits),
+        ("requests sent", summary.requests),
+        ("  of which retries", summary.retries),
+        ("  of which repairs", summary.repairs),
+    ]
+    for name, value in rows:
+        table.add_row(name, str(value))
+    table.add_row("levels in the file (a/b/c)", "/".join(str(summary.levels.get(x, 0)) for x in "abc"))
+    table.add_row("seconds", f"{summary.seconds:.1f}")
+    console.print(table)
+    if summary.usage and any(u.requests for u in summary.usage):
+        usage = Table(title="usage")
+        for column in ("model", "requests", "input tokens", "output tokens", "mean latency s", "max latency s",
+                       "cost $"):
+            usage.add_column(column, justify="right" if column != "model" else "left")
+        for u in summary.usage:
+            usage.add_row(
+                u.model, str(u.requests), str(u.input_tokens), str(u.output_tokens), f"{u.mean_latency:.2f}",
+                f"{u.max_latency_seconds:.2f}", "unpriced" if u.cost_usd is None else f"{u.cost_usd:.4f}",
+            )
+        console.print(usage)
+    if summary.failed:
+        console.print(
+            f"[yellow]{summary.failed} turns failed[/] ({', '.join(summary.failed_turns[:10])}"
+            f"{', ...' if summary.failed > 10 else ''}); their records keep the error and raw answer; "
+            "re-run the same command to ask them again",
+            highlight=False,
+        )
+    console.print(f"summary: {summary.summary_path}", highlight=False)
+
+
+def prompt_command(
+    topics: str = typer.Option(..., "--topics", "-t", help="Bundled topics or a topic file."),
+    turn: str = typer.Option(None, "--turn", help="Print the messages of this turn."),
+    stats: bool = typer.Option(False, "--stats", help="Prompt size over all turns (characters, estimated tokens)."),
+    no_cot: bool = _NO_COT,
+    no_level_examples: bool = _NO_EXAMPLES,
+    demonstrations: int = _DEMOS,
+    no_demonstrations: bool = _NO_DEMOS,
+    history_turns: int = _HISTORY,
+    history_response_chars: int = _RESPONSE_CHARS,
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Show the prompt a turn gets, or the prompt size per turn (no request is sent)."""
+    options = prompt_options(no_cot, no_level_examples, demonstrations, no_demonstrations, history_turns,
+                             history_response_chars)
+    if (turn is None) == (not stats):
+        raise ApcirError("give either --turn TURN_ID or --stats")
+    if turn is not None:
+        (selected,) = datasets.select_turns(topics, [turn])
+        prompt = build_prompt(selected, options)
+        if as_json:
+            print_json({"turn_id": prompt.turn_id, "prompt_hash": prompt.hash,
+                        "demonstrations": prompt.demonstrations, "messages": prompt.messages})
+            return
+        for message in prompt.messages:
+            console.rule(message["role"])
+            console.print(message["content"], markup=False, highlight=False)
+        console.rule()
+        console.print(
+            f"{prompt.characters} characters, ~{estimate_tokens(''.join(m['content'] for m in prompt.messages))} "
+            f"tokens (characters/4); demonstrations {', '.join(prompt.demonstrations) or 'none'}; hash {prompt.hash}",
+            highlight=False,
+        )
+        return
+    sizes = []
+    for item in datasets.topics(topics):
+        prompt = build_prompt(item, options)
+        sizes.append((prompt.characters, estimate_tokens("".join(m["content"] for m in prompt.messages))))
+    tokens = [t for _, t in sizes]
+    chars = [c for c, _ in sizes]
+    payload = {
+        "topics": topics,
+        "turns": len(sizes),
+        "tokens_estimate": "characters / 4",
+        "tokens": {"min": min(tokens), "median": statistics.median(tokens), "mean": round(statistics.fmean(tokens), 1),
+                   "max": max(tokens), "total": sum(tokens)},
+        "characters": {"mean": round(statistics.fmean(chars), 1), "max": max(chars), "total": sum(chars)},
+    }
+    if as_json:
+        print_json(payload)
+        return
+    table = Table(title=f"prompt size per turn, {topics} ({len(sizes)} turns; tokens = characters / 4)")
+    for column in ("", "min", "median", "mean", "max", "total"):
+        table.add_column(column, justify="right")
+    t = payload["tokens"]
+    table.add_row("tokens", *(str(t[k]) for k in ("min", "median", "mean", "max", "total")))  # type: ignore[index]
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("reformulate")(reformulate_command)
+    app.command("prompt")(prompt_command)

@@ -1,0 +1,152 @@
+"""Runs: the one ranking order, and TREC 6-column run files (``turn_id Q0 passage_id rank score tag``).
+
+**The ranking order** is trec_eval's, everywhere in apcir: trec_eval reads a
+run's scores into 32-bit floats, sorts by that value descending and breaks
+ties by passage id descending, whatever ranks the file states. apcir ranks the
+same way when it cuts a run at a depth, picks the passages a response cites,
+writes a run file or checks one, so the order a user sees is the order that is
+evaluated. Scores are written with full (64-bit) precision.
+
+Reading is strict about the shape of each line and collects everything else
+(duplicates, ranks that disagree with scores, unknown turns) as findings of
+:func:`validate_run`, so a user sees every problem at once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from apcir.contract.records import Run
+from apcir.errors import ApcirError
+from apcir.ids import canonical_turn_id
+from apcir.io import atomic_write, iter_lines
+
+ORDER = "score as a 32-bit float descending, ties by passage id descending (trec_eval's order)"
+
+
+def trec_order(scores: np.ndarray) -> np.ndarray:
+    """Indices of ``scores`` in the ranking order, for candidates whose ids are sorted ascending."""
+    rounded = np.asarray(scores, dtype=np.float64).astype(np.float32).astype(np.float64)
+    return np.lexsort((-np.arange(rounded.shape[0]), -rounded))
+
+
+def ranking(scores: Mapping[str, float], depth: int | None = None) -> list[tuple[str, float]]:
+    """``(passage, score)`` pairs of one turn in the ranking order, cut at ``depth``."""
+    ids = sorted(scores)
+    values = np.fromiter((scores[p] for p in ids), dtype=np.float64, count=len(ids))
+    order = trec_order(values)
+    if depth is not None:
+        order = order[:depth]
+    return [(ids[i], scores[ids[i]]) for i in order]
+
+
+def cut(run: Run, depth: int) -> Run:
+    """Every turn's first ``depth`` passages in the ranking order."""
+    return {turn: dict(ranking(hits, depth)) for turn, hits in run.items()}
+
+
+@dataclass
+class RunFile:
+    """A run as read from disk, with the ranks the file states and the tag."""
+
+    run: Run
+    ranks: dict[str, dict[str, int]]
+    tag: str
+    problems: list[str] = field(default_factory=list)
+
+
+def read_run_file(path: Path) -> RunFile:
+    """Parse a TREC run; a malformed line (wrong field count, non-numeric score or rank) is an error.
+
+    Duplicate (turn, passage) pairs keep their first score and are listed in
+    ``problems``; so are ranks that disagree with the scores' order.
+    """
+    run: Run = {}
+    ranks: dict[str, dict[str, int]] = {}
+    problems: list[str] = []
+    tag = ""
+    duplicates = 0
+    for number, line in iter_lines(path, "run file"):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) != 6:
+            raise ApcirError(
+                f"expected 6 fields 'turn_id Q0 passage_id rank score tag', found {len(fields)}",
+                path=path,
+                line=number,
+            )
+        turn, _, passage, rank_text, score_text, tag = fields
+        try:
+            score = float(score_text)
+        except ValueError:
+            raise ApcirError(f"score {score_text!r} is not a number", path=path, line=number) from None
+        if not math.isfinite(score):
+            raise ApcirError(f"score {score_text!r} is not a finite number", path=path, line=number)
+        try:
+            rank = int(rank_text)
+        except ValueError:
+            raise ApcirError(f"rank {rank_text!r} is not an integer", path=path, line=number) from None
+        try:
+            turn_id = canonical_turn_id(turn)
+        except ApcirError as exc:
+            raise ApcirError(str(exc), path=path, line=number) from None
+        scores = run.setdefault(turn_id, {})
+        if passage in scores:
+            duplicates += 1
+            if duplicates <= 10:
+                problems.append(f"line {number}: duplicate passage {passage} for turn {turn_id} (first score kept)")
+            continue
+        scores[passage] = score
+        ranks.setdefault(turn_id, {})[passage] = rank
+    if duplicates > 10:
+        problems.append(f"{duplicates} duplicate (turn, passage) lines in all; the first 10 are listed")
+    for turn_id in run:
+        problems.extend(_rank_problems(turn_id, run[turn_id], ranks[turn_id]))
+    return RunFile(run=run, ranks=ranks, tag=tag, problems=problems)
+
+
+def load_run(path: Path) -> Run:
+    """The scores of a run file (see :func:`read_run_file`)."""
+    return read_run_file(path).run
+
+
+def write_run(run: Run, path: Path, tag: str = "apcir", depth: int | None = None) -> None:
+    """Write a TREC run atomically: turns sorted, hits in the ranking order (cut at ``depth``), ranks from 1."""
+    if any(c.isspace() for c in tag) or not tag:
+        raise ApcirError(f"run tag {tag!r} must be one non-empty word")
+    with atomic_write(path) as out:
+        for turn_id in sorted(run):
+            for rank, (passage, score) in enumerate(ranking(run[turn_id], depth), start=1):
+                out.write(f"{turn_id} Q0 {passage} {rank} {score!r} {tag}\n")
+
+
+def validate_run(run_file: RunFile, known_turns: set[str] | None = None) -> list[str]:
+    """Every problem of a run: duplicates, rank/score disagreement and, given the topics, unknown turns."""
+    problems = list(run_file.problems)
+    if known_turns is not None:
+        unknown = sorted(set(run_file.run) - known_turns)
+        if unknown:
+            shown = ", ".join(unknown[:10]) + (" ..." if len(unknown) > 10 else "")
+            problems.append(f"{len(unknown)} turn(s) not in the topics: {shown}")
+    return problems
+
+
+def _rank_problems(turn_id: str, scores: dict[str, float], ranks: dict[str, int]) -> list[str]:
+    """The first place where the stated ranks contradict the scores (compared as trec_eval compares them)."""
+    by_rank = sorted(scores, key=lambda passage: ranks[passage])
+    for higher, lower in zip(by_rank, by_rank[1:]):
+        if np.float32(scores[higher]) < np.float32(scores[lower]):
+            return [
+                f"turn {turn_id}: ranks disagree with scores (rank {ranks[higher]} {higher} "
+                f"scores {scores[higher]} < rank {ranks[lower]} {lower} scores {scores[lower]})"
+            ]
+    seen = sorted(ranks.values())
+    if len(set(seen)) != len(seen):
+        return [f"turn {turn_id}: repeated ranks"]
+    return []

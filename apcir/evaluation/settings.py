@@ -1,0 +1,26 @@
+"""The evaluation stage's settings: the ``[evaluation]`` config section."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from apcir.metrics.measures import parse_measures
+
+
+class EvaluationSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    qrels: str | None = Field(None, description="qrels name or file; no evaluation without it")
+    measures: list[str] = Field(default_factory=lambda: ["paper"], description="set names (paper, ikat) or measures")
+    rel_threshold: int = Field(1, ge=1, description="lowest grade binary measures count as relevant (trec_eval -l)")
+    complete: bool = Field(False, description="count judged turns missing from a run as 0 (trec_eval -c)")
+    baseline: str = Field("no-personalisation", description="system the significance tests compare against")
+
+    @field_validator("measures")
+    @classmethod
+    def _known_measures(cls, value: list[str]) -> list[str]:
+        try:
+            parse_measures(value)
+        except Exception as exc:  # an ApcirError; pydantic wants a ValueError
+            raise ValueError(str(exc)) from None
+        return value

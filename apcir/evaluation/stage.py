@@ -1,0 +1,91 @@
+"""The evaluation stage: trec_eval's numbers for every system of an experiment, and for several runs at once.
+
+``apcir evaluate`` and ``apcir run`` call these functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from apcir.contract.records import Qrels, Run, Turn
+from apcir.errors import ApcirError
+from apcir.evaluation.results import RunMetrics, SystemResult, TurnInfo
+from apcir.evaluation.settings import EvaluationSettings
+from apcir.fusion.systems import SYSTEMS
+from apcir.metrics import Comparison, Evaluation, evaluate, paired_t_tests, parse_measures
+
+
+def system_result(name: str, evaluation: Evaluation, tuned_on_test: bool = False) -> SystemResult:
+    """One system's numbers, labelled from the systems registry (any other run is labelled by its name)."""
+    if name in SYSTEMS:
+        spec = SYSTEMS.get(name)
+        label, groups, description = spec.label, list(spec.groups), spec.description
+    else:
+        label, groups, description = name, [], ""
+    return SystemResult(label=label, groups=groups, description=description, means=evaluation.measures,
+                        per_turn=evaluation.per_turn, tuned_on_test=tuned_on_test)
+
+
+def evaluate_systems(
+    systems: Mapping[str, Run],
+    qrels: Qrels,
+    turns: Sequence[Turn],
+    levels: Mapping[str, str],
+    settings: EvaluationSettings,
+    *,
+    name: str,
+    topics: str,
+    protocol: str,
+    tuned_on_test: Sequence[str] = (),
+) -> RunMetrics:
+    """``metrics.json`` of an experiment: every system's means and per-turn values, and each turn's level."""
+    measures = parse_measures(settings.measures)
+    results = {
+        system: system_result(
+            system,
+            evaluate(run, qrels, measures, rel_threshold=settings.rel_threshold, complete=settings.complete),
+            system in tuned_on_test,
+        )
+        for system, run in systems.items()
+    }
+    return RunMetrics(
+        name=name, topics=topics, qrels=str(settings.qrels), measures=[m.name for m in measures],
+        rel_threshold=settings.rel_threshold, complete=settings.complete, baseline=settings.baseline,
+        protocol=protocol, systems=results,
+        turns={t.turn_id: TurnInfo(level=levels.get(t.turn_id), human_personalised=bool(t.ptkb_provenance))
+               for t in turns},
+    )
+
+
+@dataclass
+class RunComparison:
+    """Several runs on the same qrels: each run's evaluation and paired t-tests against a baseline run."""
+
+    evaluations: dict[str, Evaluation]
+    baseline: str
+    tests: list[Comparison]
+    measures: list[str]
+
+
+def compare_runs(
+    runs: Mapping[str, Run],
+    qrels: Qrels,
+    measures: list[str] | str,
+    *,
+    baseline: str | None = None,
+    rel_threshold: int = 1,
+    complete: bool = False,
+) -> RunComparison:
+    """Evaluate every run; test each against ``baseline`` (default: the first) with Bonferroni over the others."""
+    if not runs:
+        raise ApcirError("no run to evaluate")
+    chosen = parse_measures(measures)
+    base = baseline if baseline is not None else next(iter(runs))
+    if base not in runs:
+        raise ApcirError(f"--baseline {base!r} is not one of the runs ({', '.join(runs)})")
+    evaluations = {label: evaluate(run, qrels, chosen, rel_threshold=rel_threshold, complete=complete)
+                   for label, run in runs.items()}
+    names = [m.name for m in chosen]
+    tests = paired_t_tests({label: e.per_turn for label, e in evaluations.items()}, base, names) if len(runs) > 1 else []
+    return RunComparison(evaluations, base, tests, names)

@@ -1,0 +1,90 @@
+"""Experiment configuration: one TOML or YAML file per experiment.
+
+Each section is the settings record of one stage, the same record that
+stage's command builds from its options: ``[reformulator]``
+(:class:`~apcir.reformulate.options.ReformulatorOptions`), ``[retrieval]``,
+``[fusion]`` (with ``[fusion.weights]``), ``[evaluation]`` and ``[export]``.
+Every field has a default that runs the embedded demo offline, so the
+smallest config is a name. Relative paths are resolved against the working
+directory of ``apcir run``. The resolved config is saved into the run
+directory, and each stage records a fingerprint of the parts of it that it
+depends on, so a re-run redoes only stages whose inputs changed.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from apcir.errors import ApcirError
+from apcir.evaluation.settings import EvaluationSettings
+from apcir.export.settings import ExportSettings
+from apcir.fusion.settings import FusionSettings
+from apcir.io import read_text
+from apcir.reformulate.options import ReformulatorOptions
+from apcir.retrieval.settings import RetrievalSettings
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+class ExperimentConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    topics: str = "ikat23-test"
+    turns: list[str] | None = Field(None, description="restrict to these turn ids")
+    output_dir: str | None = Field(None, description="default runs/<name>")
+    reformulator: ReformulatorOptions = Field(default_factory=ReformulatorOptions)
+    retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
+    fusion: FusionSettings = Field(default_factory=FusionSettings)
+    evaluation: EvaluationSettings = Field(default_factory=EvaluationSettings)
+    export: ExportSettings = Field(default_factory=ExportSettings)
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_a_word(cls, value: str) -> str:
+        if not value or any(c.isspace() or c in "/\\" for c in value):
+            raise ValueError("must be one word without slashes (it names the run directory and the run tag)")
+        return value
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.output_dir) if self.output_dir else Path("runs") / self.name
+
+
+def resolve_config_path(value: str) -> Path:
+    """A config file, or the name of a bundled one (``demo``)."""
+    path = Path(value)
+    if path.exists():
+        return path
+    bundled = CONFIGS / f"{value}.toml"
+    if bundled.exists():
+        return bundled
+    names = ", ".join(sorted(p.stem for p in CONFIGS.glob("*.toml")))
+    raise ApcirError(f"config {value!r} is neither a file nor a bundled config ({names})")
+
+
+def load_config(path: Path) -> ExperimentConfig:
+    """Read a TOML (.toml) or YAML (.yaml/.yml) experiment file; errors name the file and the field."""
+    if path.suffix not in (".toml", ".yaml", ".yml"):
+        raise ApcirError("config must be .toml, .yaml or .yml", path=path)
+    text = read_text(path, "config file")
+    try:
+        data = tomllib.loads(text) if path.suffix == ".toml" else (yaml.safe_load(text) or {})
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise ApcirError(f"malformed config: {exc}", path=path) from None
+    if not isinstance(data, dict):
+        raise ApcirError("config must be a table/mapping at the top level", path=path)
+    return validate_config(data, path)
+
+
+def validate_config(data: dict[str, object], path: Path | None = None) -> ExperimentConfig:
+    """An :class:`ExperimentConfig` from plain data; every invalid field is named."""
+    try:
+        return ExperimentConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        raise ApcirError("invalid config: " + "; ".join(lines), path=path) from None

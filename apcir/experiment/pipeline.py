@@ -1,0 +1,395 @@
+"""``apcir run``: every stage of an experiment, reusing whatever has not changed.
+
+Each stage is the same function its own command calls, run through the stage
+ledger (:mod:`apcir.experiment.ledger`): skipped when its inputs did not
+change, resumed when it was interrupted, redone when they did. Run directory
+layout (``runs/<name>/`` by default)::
+
+    config.json            the config as resolved (plus the overrides given on the command line)
+    environment.json       apcir, Python and library versions, models, git commit, the index manifest
+    stages.json            per stage: fingerprint of its inputs, finished?, seconds
+    timings.json           seconds per stage in the last invocation (0 when reused)
+    reformulations.jsonl   one record per turn; .summary.json holds usage and cost
+    reformulations-manual.jsonl   the annotators' rewrites (HumanQR baseline)
+    levels.tsv             turn_id <TAB> level
+    lists/<list>.run       the three per-turn runs (rewrite, rewrite_response, third) and manual.run
+    tune/                  the tuning leg (weights source "tune"): its reformulations, lists and weights
+    weights.json           per-level weights (all judged turns under CV; the tuning set otherwise)
+    weights-folds.json     per-fold weights under cross-validation
+    systems/<system>.run   APCIR and every baseline, as evaluated; systems/fusion.json says how
+    fused.run              the APCIR run for every turn (what the submission holds)
+    submission.json(l)     the iKAT submission
+    metrics.json           trec_eval numbers per system and turn (with qrels)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from apcir import datasets
+from apcir.contract.levels import load_levels, write_levels
+from apcir.contract.records import Turn
+from apcir.contract.reformulations import (
+    LIST_NAMES,
+    ReformulationRecord,
+    levels_of,
+    load_reformulations,
+    with_fallbacks,
+)
+from apcir.contract.runs import load_run, ranking, write_run
+from apcir.contract.weights import WeightsFile, load_weights
+from apcir.errors import ApcirError
+from apcir.evaluation.results import RunMetrics, read_metrics, write_metrics
+from apcir.experiment.config import ExperimentConfig
+from apcir.experiment.environment import environment, record_index
+from apcir.experiment.ledger import StageLedger, StageOutcome
+from apcir.io import read_json, write_json
+from apcir.reformulate.options import ReformulatorOptions
+from apcir.reformulate.stage import reformulate, stage_identity
+
+FUSION_FILE = "fusion.json"
+
+
+@dataclass
+class RunReport:
+    """What one invocation of ``apcir run`` did."""
+
+    run_dir: Path
+    outcomes: list[StageOutcome] = field(default_factory=list)
+    llm_requests: int = 0
+    retrieval_calls: int = 0
+    failed_turns: list[str] = field(default_factory=list)
+    metrics: RunMetrics | None = None
+    submission_problems: list[str] = field(default_factory=list)
+
+
+class Experiment:
+    """One experiment: its config, run directory, stage ledger and console; each method is one stage."""
+
+    def __init__(self, config: ExperimentConfig, console: Console, progress: bool = True):
+        self.config = config
+        self.console = console
+        self.progress = progress
+        self.run_dir = config.run_dir
+        self.ledger = StageLedger(self.run_dir)
+        self.report = RunReport(self.run_dir)
+        self._backend: Any = None
+
+    def say(self, message: str) -> None:
+        self.console.print(message, highlight=False, soft_wrap=True)
+
+    def stage(self, name: str, inputs: dict[str, Any], outputs: list[Path], work: Callable[[], str | None]) -> bool:
+        """Run one stage through the ledger; True when it ran (False: reused)."""
+        self.say(f"[bold]{name}[/] ...")
+        outcome = self.ledger.run(name, inputs, outputs, work)
+        self.report.outcomes.append(outcome)
+        state = f"done in {outcome.seconds:.1f}s" if outcome.ran else "reused (inputs unchanged)"
+        detail = f": {outcome.detail}" if outcome.detail and outcome.ran else ""
+        self.say(f"  {name}: {state}{detail}")
+        return outcome.ran
+
+    # ---- stage 1: reformulation -------------------------------------------------------------
+    def reformulate(
+        self, name: str, turns: list[Turn], topics: str, options: ReformulatorOptions, out: Path
+    ) -> dict[str, ReformulationRecord]:
+        """Records for every turn (failed or missing ones searched with their utterance at level a)."""
+        inputs = {"topics": datasets.topics_path(topics), "turns": [t.turn_id for t in turns],
+                  **stage_identity(turns, options)}
+        failed: list[str] = []
+
+        def work() -> str:
+            summary = reformulate(turns, options, out, progress=self.progress)
+            self.report.llm_requests += summary.requests
+            failed.extend(summary.failed_turns)
+            return (f"{summary.ok} turns ok, {summary.failed} failed, {summary.requests} LLM requests, "
+                    f"{summary.cache_hits} cache hits")
+
+        self.stage(name, inputs, [out], work)
+        if failed:
+            # Left unfinished: the next run asks the failed turns again (finished ones are kept).
+            self.ledger.mark_unfinished(name)
+            self.report.failed_turns.extend(failed)
+        records = with_fallbacks(load_reformulations(out), turns)
+        fallen = sorted(t for t, r in records.items() if r.status == "failed")
+        if fallen:
+            shown = ", ".join(fallen[:10]) + (" ..." if len(fallen) > 10 else "")
+            self.say(f"[yellow]warning:[/] {len(fallen)} turn(s) have no reformulation ({name}) and are searched "
+                     f"with their raw utterance at level a: {shown}")
+        return records
+
+    # ---- stage 2: index and retrieval -------------------------------------------------------
+    def index(self) -> Path:
+        from apcir.retrieval.stage import ensure_index
+
+        self.say("[bold]index[/] ...")
+        index_dir, message = ensure_index(self.config.retrieval, progress=self.progress)
+        self.say(f"  index: {message}")
+        return index_dir
+
+    def backend(self, index_dir: Path) -> Any:
+        if self._backend is None:
+            from apcir.retrieval.stage import open_backend
+
+            self._backend = open_backend(self.config.retrieval, index_dir)
+        return self._backend
+
+    def retrieve(
+        self, name: str, index_dir: Path, records: dict[str, ReformulationRecord], source: Path,
+        fields: dict[str, str], outs: dict[str, Path],
+    ) -> None:
+        """One run per ``outs`` key, retrieving the record input ``fields[key]`` (rewrite, rewrite_response, third)."""
+        from apcir.retrieval.stage import list_queries, retrieve_lists
+
+        cfg = self.config.retrieval
+        inputs = {"reformulations": source, "index": index_dir, "k": cfg.k, "fields": fields,
+                  "backend": cfg.backend, "encoder": cfg.encoder if cfg.uses_encoder else None}
+
+        def work() -> str:
+            queries = {key: list_queries(records, field) for key, field in fields.items()}
+            tags = {key: f"{self.config.name}-{key}" for key in fields}
+            retrieve_lists(self.backend(index_dir), queries, outs, tags, k=cfg.k, progress=self.progress)
+            count = sum(len(q) for q in queries.values())
+            self.report.retrieval_calls += count
+            return f"{count} queries"
+
+        self.stage(name, inputs, list(outs.values()), work)
+
+    # ---- the tuning leg (weights source "tune") ---------------------------------------------
+    def tune(self, index_dir: Path, names: list[str]) -> dict[str, WeightsFile]:
+        """Reformulate and retrieve the tuning topics, then tune every tuned system's weights on them."""
+        from apcir.fusion.protocol import FusionInputs, tune_variants
+        from apcir.fusion.systems import tuned_names
+
+        cfg = self.config
+        weights_cfg = cfg.fusion.weights
+        if not weights_cfg.tune_topics or not weights_cfg.tune_qrels:
+            raise ApcirError("fusion.weights.source = 'tune' needs tune_topics and tune_qrels")
+        tune_topics, tune_qrels = weights_cfg.tune_topics, weights_cfg.tune_qrels
+        tune_dir = self.run_dir / "tune"
+        turns = datasets.topics(weights_cfg.tune_topics)
+        refs = tune_dir / "reformulations.jsonl"
+        records = self.reformulate("reformulate:tune", turns, weights_cfg.tune_topics, cfg.reformulator, refs)
+        lists = {name: tune_dir / "lists" / f"{name}.run" for name in LIST_NAMES}
+        self.retrieve("retrieve:tune", index_dir, records, refs, {n: n for n in LIST_NAMES}, lists)
+        variants = [n for n in tuned_names(["apcir", *names]) if n != "no-levels"]
+        outs = {n: tune_dir / ("weights.json" if n == "apcir" else f"weights-{n}.json") for n in variants}
+        qrels_path = datasets.qrels_path(weights_cfg.tune_qrels)
+        inputs = {"lists": list(lists.values()), "reformulations": refs, "qrels": qrels_path,
+                  "tuning": weights_cfg.model_dump(include={"step", "objective", "min_turns"}),
+                  "norm": cfg.fusion.norm, "depth": cfg.fusion.depth, "rel_threshold": cfg.evaluation.rel_threshold,
+                  "variants": variants}
+
+        def work() -> str:
+            target = FusionInputs(
+                lists=[load_run(p) for p in lists.values()], levels=levels_of(records),
+                qrels=datasets.qrels(tune_qrels), qrels_name=tune_qrels,
+                run_names=[str(p) for p in lists.values()], levels_name=str(refs),
+            )
+            tuned = tune_variants(target, weights_cfg, variants, norm=cfg.fusion.norm, depth=cfg.fusion.depth,
+                                  rel_threshold=cfg.evaluation.rel_threshold, missing_level="a")
+            for name, weights in tuned.items():
+                weights.save(outs[name])
+            return f"weights of {', '.join(tuned)} tuned on {tune_topics} / {tune_qrels}"
+
+        self.stage("tune", inputs, list(outs.values()), work)
+        return {name: load_weights(path) for name, path in outs.items()}
+
+    # ---- stage 3: fusion ---------------------------------------------------------------------
+    def fuse(self, turns: list[Turn], records: dict[str, ReformulationRecord], list_paths: list[Path],
+             given: dict[str, WeightsFile] | None, tuning_inputs: list[Path]) -> None:
+        """Every system's run (``systems/``), the run to submit (``fused.run``) and the weights."""
+        from apcir.fusion.encoders import text_encoder
+        from apcir.fusion.protocol import FusionInputs, tuned_systems
+        from apcir.fusion.systems import SystemInputs, deps_passage_ids, fixed_systems
+
+        cfg = self.config
+        run_dir = self.run_dir
+        weights_cfg = cfg.fusion.weights
+        names = cfg.fusion.baseline_names()
+        qrels_name = cfg.evaluation.qrels
+        if weights_cfg.source == "cv" and qrels_name is None:
+            raise ApcirError("fusion.weights.source = 'cv' needs evaluation.qrels (cross-validation tunes on them)")
+        passages_source = cfg.retrieval.passages_source
+        encoder_name = cfg.retrieval.encoder if cfg.retrieval.uses_encoder else "tfidf"
+        inputs: dict[str, Any] = {
+            "name": cfg.name,
+            "lists": list_paths, "levels": run_dir / "levels.tsv", "fusion": cfg.fusion.model_dump(mode="json"),
+            "qrels": datasets.qrels_path(qrels_name) if qrels_name else None,
+            "rel_threshold": cfg.evaluation.rel_threshold,
+            "reformulations": run_dir / "reformulations.jsonl", "topics": datasets.topics_path(cfg.topics),
+            "passages": datasets.collection_path(passages_source) if passages_source else None,
+            "encoder": encoder_name, "weights": tuning_inputs,
+        }
+        outputs = [run_dir / "fused.run", run_dir / "weights.json", run_dir / "systems" / FUSION_FILE]
+
+        def work() -> str:
+            lists = [load_run(p) for p in list_paths]
+            levels = load_levels(run_dir / "levels.tsv")
+            qrels = datasets.qrels(qrels_name) if qrels_name else None
+            target = FusionInputs(lists=lists, levels=levels, qrels=qrels, qrels_name=qrels_name or "",
+                                  run_names=[str(p) for p in list_paths], levels_name=str(run_dir / "levels.tsv"))
+            protocol = ("tuned on " f"{weights_cfg.tune_topics} / {weights_cfg.tune_qrels}"
+                        if weights_cfg.source == "tune" else f"weights from {weights_cfg.file}")
+            tuned = tuned_systems(weights_cfg.source, target, names, settings=weights_cfg, norm=cfg.fusion.norm,
+                                  depth=cfg.fusion.depth, rel_threshold=cfg.evaluation.rel_threshold,
+                                  folds=weights_cfg.folds, seed=weights_cfg.seed, given=given, protocol=protocol)
+            systems = dict(tuned.runs)
+            fixed = [n for n in names if n not in systems]
+            if fixed:
+                profiles = {t.turn_id: list(t.ptkb.values()) for t in turns}
+                personalised = {t: r.output.personalised_text for t, r in records.items() if r.output is not None}
+                needs_texts = any(n in ("entropy", "deps") for n in fixed)
+                passages = (datasets.passage_texts(datasets.collection_path(passages_source), deps_passage_ids(lists))
+                            if passages_source and "deps" in fixed else {})
+                corpus = [s for st in profiles.values() for s in st] + list(passages.values())
+                encode = text_encoder(encoder_name, corpus if encoder_name == "tfidf" else None) if needs_texts \
+                    else None
+                systems.update(fixed_systems(SystemInputs(
+                    lists=lists, norm=cfg.fusion.norm, depth=cfg.fusion.depth, seed=weights_cfg.seed,
+                    rrf_k=cfg.fusion.rrf_k, profiles=profiles, personalised=personalised, passages=passages,
+                    encode=encode), fixed))
+            manual = run_dir / "lists" / "manual.run"
+            if "manual" in names and manual.exists():
+                systems["manual"] = load_run(manual)
+            for name, run in systems.items():
+                write_run(run, run_dir / "systems" / f"{name}.run", tag=f"{cfg.name}-{name}", depth=cfg.fusion.depth)
+            write_run(tuned.submission, run_dir / "fused.run", tag=cfg.name, depth=cfg.fusion.depth)
+            tuned.weights.save(run_dir / "weights.json")
+            if tuned.folds:
+                write_json(run_dir / "weights-folds.json", [w.model_dump(mode="json") for w in tuned.folds])
+            tuned_on_test = [n for n in tuned.runs if tuned.tuned_on_test]
+            write_json(run_dir / "systems" / FUSION_FILE, {"systems": list(systems), "protocol": tuned.protocol,
+                                                           "tuned_on_test": tuned_on_test})
+            return f"{len(systems)} systems fused; weights: {tuned.protocol}"
+
+        self.stage("fuse", inputs, outputs, work)
+
+    # ---- stage 4: export ---------------------------------------------------------------------
+    def export(self, turns: list[Turn], records: dict[str, ReformulationRecord]) -> Path:
+        from apcir.export.common import SubmissionInputs
+        from apcir.export.stage import write_submission
+
+        cfg = self.config
+        out = self.run_dir / f"submission{cfg.export.suffix}"
+        passages_source = cfg.retrieval.passages_source
+        inputs = {"name": cfg.name, "fused": self.run_dir / "fused.run", "topics": datasets.topics_path(cfg.topics),
+                  "turns": [t.turn_id for t in turns], "reformulations": self.run_dir / "reformulations.jsonl",
+                  "passages": datasets.collection_path(passages_source) if passages_source else None,
+                  "export": cfg.export.model_dump(mode="json")}
+
+        def work() -> str:
+            fused = load_run(self.run_dir / "fused.run")
+            used_top = 5
+            needed = {p for hits in fused.values() for p, _ in ranking(hits, used_top)}
+            passages = (datasets.passage_texts(datasets.collection_path(passages_source), needed)
+                        if passages_source else {})
+            inputs_ = SubmissionInputs(run=fused, turns=turns, run_name=cfg.name, run_type=cfg.export.run_type,
+                                       team_id=cfg.export.team_id, reformulations=records, passages=passages,
+                                       mode=cfg.export.text, used_top=used_top)
+            write_submission(inputs_, cfg.export.format, out)
+            return f"{cfg.export.format} submission of {len(turns)} turns"
+
+        self.stage("export", inputs, [out], work)
+        return out
+
+    # ---- stage 5: evaluation -----------------------------------------------------------------
+    def evaluate(self, turns: list[Turn]) -> None:
+        from apcir.evaluation.stage import evaluate_systems
+
+        cfg = self.config
+        qrels_name = cfg.evaluation.qrels
+        if qrels_name is None:
+            return
+        fusion = read_json(self.run_dir / "systems" / FUSION_FILE, "fusion record")
+        system_files = {name: self.run_dir / "systems" / f"{name}.run" for name in fusion["systems"]}
+        inputs = {"systems": system_files, "fusion": self.run_dir / "systems" / FUSION_FILE,
+                  "qrels": datasets.qrels_path(qrels_name), "evaluation": cfg.evaluation.model_dump(mode="json"),
+                  "levels": self.run_dir / "levels.tsv", "topics": datasets.topics_path(cfg.topics),
+                  "turns": [t.turn_id for t in turns], "name": cfg.name}
+
+        def work() -> str:
+            metrics = evaluate_systems(
+                {name: load_run(path) for name, path in system_files.items()}, datasets.qrels(qrels_name), turns,
+                load_levels(self.run_dir / "levels.tsv"), cfg.evaluation, name=cfg.name, topics=cfg.topics,
+                protocol=fusion["protocol"], tuned_on_test=fusion["tuned_on_test"],
+            )
+            write_metrics(metrics, self.run_dir)
+            self.report.metrics = metrics
+            return f"{len(system_files)} systems on {qrels_name}"
+
+        self.stage("evaluate", inputs, [self.run_dir / "metrics.json"], work)
+        if self.report.metrics is None:
+            self.report.metrics = read_metrics(self.run_dir)
+
+
+def run_experiment(config: ExperimentConfig, console: Console | None = None, progress: bool = True) -> RunReport:
+    """Run (or resume, or confirm) every stage of ``config``; see the module docstring for outputs."""
+    console = console or Console()
+    exp = Experiment(config, console, progress)
+    run_dir = exp.run_dir
+    started = time.perf_counter()
+    write_json(run_dir / "config.json", config.model_dump(mode="json"))
+    write_json(run_dir / "environment.json", environment(config))
+    exp.say(f"experiment [bold]{config.name}[/] -> {run_dir}")
+
+    turns = datasets.select_turns(config.topics, config.turns)
+    names = config.fusion.baseline_names()
+    refs = run_dir / "reformulations.jsonl"
+    records = exp.reformulate("reformulate", turns, config.topics, config.reformulator, refs)
+    manual_refs = run_dir / "reformulations-manual.jsonl"
+    manual_records: dict[str, ReformulationRecord] = {}
+    if "manual" in names:
+        manual = config.reformulator.model_copy(update={"llm": "manual"})
+        manual_records = exp.reformulate("reformulate:manual", turns, config.topics, manual, manual_refs)
+
+    index_dir = exp.index()
+    record_index(run_dir, index_dir)
+    list_paths = {name: run_dir / "lists" / f"{name}.run" for name in LIST_NAMES}
+    exp.retrieve("retrieve", index_dir, records, refs, {n: n for n in LIST_NAMES}, list_paths)
+    if "manual" in names:
+        exp.retrieve("retrieve:manual", index_dir, manual_records, manual_refs, {"manual": "rewrite"},
+                     {"manual": run_dir / "lists" / "manual.run"})
+    write_levels(levels_of(records), run_dir / "levels.tsv")
+
+    weights_cfg = config.fusion.weights
+    given: dict[str, WeightsFile] | None = None
+    tuning_inputs: list[Path] = []
+    if weights_cfg.source == "tune":
+        given = exp.tune(index_dir, names)
+        tuning_inputs = sorted((run_dir / "tune").glob("weights*.json"))
+    elif weights_cfg.source == "file":
+        if not weights_cfg.file:
+            raise ApcirError("fusion.weights.source = 'file' needs fusion.weights.file (a weights.json)")
+        given = {"apcir": load_weights(weights_cfg.file)}
+        tuning_inputs = [Path(weights_cfg.file)]
+    exp.fuse(turns, records, list(list_paths.values()), given, tuning_inputs)
+    submission = exp.export(turns, records)
+    exp.evaluate(turns)
+    _check_outputs(exp, turns, submission)
+    write_json(run_dir / "timings.json", {o.name: round(o.seconds, 3) for o in exp.report.outcomes}
+               | {"total": round(time.perf_counter() - started, 3)})
+    return exp.report
+
+
+def _check_outputs(exp: Experiment, turns: list[Turn], submission: Path) -> None:
+    """Validate the submission as the organisers would, and write the report when there are metrics."""
+    from apcir.evaluation.report import write_report
+    from apcir.export.stage import validate_submission
+
+    problems = validate_submission(submission, turns, exp.config.export.format)
+    exp.report.submission_problems = problems
+    if problems:
+        exp.say(f"[yellow]warning:[/] {submission} has {len(problems)} problem(s):")
+        for problem in problems[:20]:
+            exp.say(f"  {problem}")
+    else:
+        exp.say(f"submission {submission} passes the offline iKAT checks ({len(turns)} turns)")
+    if exp.report.metrics is not None:
+        report = write_report([exp.report.metrics], exp.run_dir / "report")
+        exp.say(f"report: {report}")

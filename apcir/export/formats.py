@@ -1,0 +1,38 @@
+"""The submission formats: the single source of the names ``export.format`` / ``--format`` accept.
+
+A format is a module with a ``build(SubmissionInputs) -> data`` and a
+``check(path, turns) -> problems`` function, plus one entry here. ``build``
+returns a dict (written as JSON) or a list of dicts (written as JSONL).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from apcir.registry import Registry
+
+
+@dataclass(frozen=True)
+class FormatSpec:
+    name: str
+    description: str
+    suffix: str
+    year: int
+    build: str
+    check: str
+
+    def call(self, which: Literal["build", "check"], *args: Any) -> Any:
+        module, _, function = getattr(self, which).partition(":")
+        return getattr(importlib.import_module(module), function)(*args)
+
+
+FORMATS: Registry[FormatSpec] = Registry("submission format")
+FORMATS.add(FormatSpec("ikat23", "iKAT 2023 JSON: PTKB provenance as {id, text, score}, no 'used'", ".json", 2023,
+                       build="apcir.export.ikat_json:build_2023", check="apcir.export.ikat_json:check_2023"))
+FORMATS.add(FormatSpec("ikat24", "iKAT 2024 JSON: PTKB provenance as ids, passage provenance {id, text, score, used}",
+                       ".json", 2024, build="apcir.export.ikat_json:build_2024",
+                       check="apcir.export.ikat_json:check_2024"))
+FORMATS.add(FormatSpec("ikat25", "iKAT 2025 JSONL: references, responses with citations", ".jsonl", 2025,
+                       build="apcir.export.ikat2025:build", check="apcir.export.ikat2025:check"))

@@ -1,0 +1,196 @@
+"""Where the weights of the tuned systems come from, in one place: tune, cross-validate, or apply given weights.
+
+* :func:`tune_variants`: one exhaustive search over the judged turns of some
+  runs, then the best weights of each tuned system (APCIR, no personalisation).
+  ``apcir tune`` and the tuning leg of ``apcir run`` (``source = "tune"``) call it.
+* :func:`tuned_systems`: the evaluation runs of the tuned systems and the run
+  to submit, under the experiment's protocol:
+
+  - ``cv``: k-fold cross-validation by conversation on the evaluation qrels
+    (one search serves every fold and variant); evaluation runs are
+    out-of-fold, the submission fuses every turn with weights tuned on all
+    judged turns;
+  - ``file`` / ``tune``: weights given (a weights.json, or those the tuning leg
+    wrote); a system is "tuned on test" when an evaluated turn, with the same
+    judgements, was one of its tuning turns.
+
+  ``apcir fuse``, ``apcir baseline`` and ``apcir run`` call it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from apcir.contract.records import Qrels, Run
+from apcir.contract.weights import TunedOn, WeightsFile
+from apcir.errors import ApcirError
+from apcir.fusion.grid import GridSearch
+from apcir.fusion.linear import fuse_linear, fuse_per_turn
+from apcir.fusion.settings import TuningSettings
+from apcir.fusion.systems import SYSTEMS
+from apcir.fusion.tuning import (
+    cross_validate,
+    objective_measures,
+    qrels_fingerprint,
+    tuned_on_overlap,
+    tuning_turns,
+    turn_fingerprint,
+    weights_from_search,
+    with_missing_level,
+)
+
+
+@dataclass
+class FusionInputs:
+    """The lists of one topic set, their turns' levels and (for tuning or CV) judgements, with names for provenance."""
+
+    lists: list[Run]
+    levels: Mapping[str, str]
+    qrels: Qrels | None = None
+    qrels_name: str = ""
+    run_names: list[str] = field(default_factory=list)
+    levels_name: str = ""
+
+
+@dataclass
+class TunedSystems:
+    """The tuned systems of one protocol: evaluation runs, the run to submit, and the weights."""
+
+    runs: dict[str, Run]
+    submission: Run
+    weights: WeightsFile
+    folds: list[WeightsFile] = field(default_factory=list)
+    protocol: str = ""
+    tuned_on_test: bool = False
+    overlap: int | None = 0
+
+
+def search_for(inputs: FusionInputs, settings: TuningSettings, *, norm: str, depth: int, rel_threshold: int,
+               progress: bool = False) -> tuple[GridSearch, list[str]]:
+    """The exhaustive search over every judged turn of the lists (shared by all variants and folds)."""
+    if inputs.qrels is None:
+        raise ApcirError("tuning the weights needs qrels")
+    turns = tuning_turns(inputs.lists, inputs.qrels)
+    if not turns:
+        raise ApcirError("no turn is both judged and in the runs: check that the qrels belong to these runs")
+    search = GridSearch(inputs.lists, inputs.qrels, turns, objective_measures(settings.objective), step=settings.step,
+                        norm=norm, depth=depth, rel_threshold=rel_threshold, progress=progress)
+    return search, turns
+
+
+def tune_variants(
+    inputs: FusionInputs,
+    settings: TuningSettings,
+    variants: Sequence[str],
+    *,
+    norm: str,
+    depth: int,
+    rel_threshold: int = 1,
+    missing_level: str | None = None,
+    search: GridSearch | None = None,
+    progress: bool = False,
+) -> dict[str, WeightsFile]:
+    """Weights of each tuned system in ``variants`` (``apcir``, ``no-personalisation``) from one search.
+
+    ``no-levels`` needs no weights of its own: it is APCIR's ``all_turns`` vector.
+    """
+    assert inputs.qrels is not None or search is not None
+    if search is None:
+        search, turns = search_for(inputs, settings, norm=norm, depth=depth, rel_threshold=rel_threshold,
+                                   progress=progress)
+    else:
+        turns = list(search.turns)
+    assert inputs.qrels is not None
+    levels = with_missing_level(inputs.levels, turns, missing_level)
+    tuned: dict[str, WeightsFile] = {}
+    for name in variants:
+        variant = SYSTEMS.get(name).variant
+        if variant is None or variant.pooled:
+            continue
+        weights = weights_from_search(search, levels, turns, variant.constraint, settings.min_turns)
+        weights.tuned_on = TunedOn(
+            qrels=inputs.qrels_name,
+            qrels_fingerprint=qrels_fingerprint({t: inputs.qrels[t] for t in turns}),
+            runs=list(inputs.run_names),
+            levels=inputs.levels_name,
+            turns=len(turns),
+            turn_fingerprints={t: turn_fingerprint(inputs.qrels[t]) for t in turns},
+        )
+        tuned[name] = weights
+    return tuned
+
+
+def pooled_run(lists: Sequence[Run], weights: WeightsFile) -> Run:
+    """The no-levels run: every turn fused with the weights' ``all_turns`` vector."""
+    if weights.all_turns is None:
+        raise ApcirError("the weights file has no all-turns weights (needed by the no-levels system)")
+    turns = sorted(set().union(*(set(r) for r in lists)))
+    vector = tuple(weights.all_turns.weights)
+    return fuse_per_turn(lists, dict.fromkeys(turns, vector), norm=weights.norm, depth=weights.depth)
+
+
+def tuned_systems(
+    source: Literal["file", "tune", "cv"],
+    target: FusionInputs,
+    names: Sequence[str],
+    *,
+    settings: TuningSettings,
+    norm: str,
+    depth: int,
+    rel_threshold: int = 1,
+    folds: int = 5,
+    seed: int = 0,
+    given: Mapping[str, WeightsFile] | None = None,
+    protocol: str = "",
+    missing_level: str | None = "a",
+) -> TunedSystems:
+    """The runs of the tuned systems among ``names`` (``apcir`` always) under one protocol; see the module doc."""
+    wanted = [n for n in names if SYSTEMS.get(n).kind == "tuned" and n != "apcir"]
+    if source == "cv":
+        return _cross_validated(target, wanted, settings=settings, norm=norm, depth=depth, rel_threshold=rel_threshold,
+                                folds=folds, seed=seed, missing_level=missing_level)
+    if not given or "apcir" not in given:
+        raise ApcirError(f"weights source {source!r} needs a weights file")
+    weights = given["apcir"]
+    runs = {"apcir": fuse_linear(target.lists, target.levels, weights, norm, depth, missing_level=missing_level)}
+    for name in wanted:
+        variant = SYSTEMS.get(name).variant
+        assert variant is not None
+        if variant.pooled:
+            if weights.all_turns is not None:
+                runs[name] = pooled_run(target.lists, weights.model_copy(update={"norm": norm, "depth": depth}))
+        elif name in given:
+            runs[name] = fuse_linear(target.lists, target.levels, given[name], norm, depth,
+                                     missing_level=missing_level)
+    overlap = None
+    if target.qrels is not None:
+        evaluated = {t: target.qrels[t] for t in target.levels if t in target.qrels}
+        overlap = tuned_on_overlap(weights, evaluated)
+    label = protocol + (" (tuning turns unknown)" if overlap is None and target.qrels is not None else "")
+    return TunedSystems(runs, runs["apcir"], weights, protocol=label, tuned_on_test=bool(overlap), overlap=overlap)
+
+
+def _cross_validated(
+    target: FusionInputs, wanted: Sequence[str], *, settings: TuningSettings, norm: str, depth: int,
+    rel_threshold: int, folds: int, seed: int, missing_level: str | None,
+) -> TunedSystems:
+    if target.qrels is None:
+        raise ApcirError("cross-validation tunes on the evaluation qrels: configure evaluation.qrels")
+    search, _ = search_for(target, settings, norm=norm, depth=depth, rel_threshold=rel_threshold)
+    common: dict[str, Any] = {"k": folds, "seed": seed, "step": settings.step, "objective": settings.objective,
+                              "norm": norm, "depth": depth, "rel_threshold": rel_threshold,
+                              "missing_level": missing_level, "search": search, "min_turns": settings.min_turns}
+    cv = cross_validate(target.lists, target.levels, target.qrels, **common)
+    runs = {"apcir": cv.run}
+    for name in wanted:
+        variant = SYSTEMS.get(name).variant
+        assert variant is not None
+        levels = dict.fromkeys(target.levels, "a") if variant.pooled else target.levels
+        runs[name] = cross_validate(target.lists, levels, target.qrels, constraint=variant.constraint, **common).run
+    weights = tune_variants(target, settings, ["apcir"], norm=norm, depth=depth, rel_threshold=rel_threshold,
+                            missing_level=missing_level, search=search)["apcir"]
+    submission = fuse_linear(target.lists, target.levels, weights, norm, depth, missing_level=missing_level)
+    return TunedSystems(runs, submission, weights, [f.weights for f in cv.folds],
+                        protocol=f"{folds}-fold cross-validation by conversation (out-of-fold), seed {seed}")

@@ -1,0 +1,77 @@
+"""The fusion stage's settings: the ``[fusion]`` and ``[fusion.weights]`` config sections.
+
+``apcir tune``, ``apcir fuse`` and ``apcir baseline`` build the same records from their options.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from apcir.fusion.normalise import NORMS
+
+
+class TuningSettings(BaseModel):
+    """How the exhaustive weight search runs (shared by every protocol and by ``apcir tune``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: float = Field(0.01, gt=0, le=1, description="grid step; must divide 1 (0.01 = 5,151 points for 3 lists)")
+    objective: str = Field("paper", description="measures summed by the search: a set name or comma-separated names")
+    min_turns: int = Field(
+        1, ge=0, description="a level with fewer tuning turns uses the weights tuned on all turns (said in weights.json)"
+    )
+
+
+class WeightsSettings(TuningSettings):
+    """Where the level weights come from: a file, tuning on another dataset, or cross-validation."""
+
+    source: Literal["file", "tune", "cv"] = Field("cv", description="file | tune (on other topics) | cv (k-fold)")
+    file: str | None = Field(None, description="source = file: a weights.json")
+    tune_topics: str | None = Field(None, description="source = tune: topics to tune on")
+    tune_qrels: str | None = Field(None, description="source = tune: their qrels")
+    folds: int = Field(5, ge=2, description="source = cv: folds, by conversation")
+    seed: int = Field(0, description="fold assignment (cv) and the random baseline")
+
+
+class FusionSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    norm: str = Field("minmax", description=f"per-list normalisation: {', '.join(NORMS)}")
+    depth: int = Field(1000, ge=1, description="fused run depth (the cut is evaluated too)")
+    weights: WeightsSettings = Field(default_factory=WeightsSettings)
+    baselines: bool | list[str] = Field(
+        True, description="also fuse and evaluate the paper's baselines: true (all), false, or a list of system names"
+    )
+    rrf_k: int = Field(60, ge=0, description="k of reciprocal rank fusion")
+
+    @field_validator("norm")
+    @classmethod
+    def _known_norm(cls, value: str) -> str:
+        if value not in NORMS:
+            raise ValueError(f"unknown normalisation {value!r}: expected one of {', '.join(NORMS)}")
+        return value
+
+    @field_validator("baselines")
+    @classmethod
+    def _known_systems(cls, value: bool | list[str]) -> bool | list[str]:
+        if isinstance(value, list):
+            from apcir.fusion.systems import SYSTEMS
+
+            unknown = [name for name in value if name not in SYSTEMS or name == "apcir"]
+            if unknown:
+                raise ValueError(f"unknown baseline(s) {unknown}: expected some of "
+                                 f"{', '.join(n for n in SYSTEMS.names() if n != 'apcir')}")
+        return value
+
+    def baseline_names(self) -> list[str]:
+        """The systems compared with APCIR, in the registry's order."""
+        from apcir.fusion.systems import SYSTEMS
+
+        if self.baselines is True:
+            return [name for name in SYSTEMS.names() if name != "apcir"]
+        if self.baselines is False:
+            return []
+        wanted = set(self.baselines)
+        return [name for name in SYSTEMS.names() if name in wanted]

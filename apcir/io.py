@@ -1,0 +1,171 @@
+"""Reading and writing files: one place for encodings, errors that name the file, and atomic writes.
+
+Every reader here turns what can go wrong with a file (missing, a directory,
+unreadable, not UTF-8, malformed JSON) into an :class:`ApcirError` naming the
+file and, where there is one, the line. Every writer goes through
+:func:`atomic_write`: the data goes to a temporary file in the target's folder,
+which replaces the target only once it is complete, so a crash or a full disk
+never leaves a torn artifact behind, and an unwritable target is an
+:class:`ApcirError` naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any, Literal
+
+from apcir.errors import ApcirError
+
+
+# ---- reading -----------------------------------------------------------------------------------
+def _os_problem(exc: OSError) -> str:
+    if isinstance(exc, FileNotFoundError):
+        return "file not found"
+    if isinstance(exc, IsADirectoryError):
+        return "is a directory, not a file"
+    if isinstance(exc, PermissionError):
+        return "permission denied"
+    return exc.strerror or type(exc).__name__
+
+
+def read_bytes(path: Path, what: str = "file") -> bytes:
+    """The bytes of a file; a missing or unreadable file is an :class:`ApcirError` naming it."""
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ApcirError(f"{what} not found", path=path) from None
+    except OSError as exc:
+        raise ApcirError(f"cannot read {what}: {_os_problem(exc)}", path=path) from None
+
+
+def decode(data: bytes, path: Path, what: str = "file") -> str:
+    """UTF-8 text of ``data`` (a leading BOM is dropped); invalid bytes name the line they are on."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ApcirError(
+            f"{what} is not UTF-8 text (byte {data[exc.start:exc.start + 1]!r} at offset {exc.start})",
+            path=path,
+            line=line,
+        ) from None
+
+
+def read_text(path: Path, what: str = "file") -> str:
+    """A UTF-8 text file (see :func:`decode`)."""
+    return decode(read_bytes(path, what), path, what)
+
+
+def iter_lines(path: Path, what: str = "file") -> Iterator[tuple[int, str]]:
+    """``(line number, line without its newline)`` for every line of a UTF-8 text file, streamed.
+
+    Invalid UTF-8 is an error naming the line; a file too large for memory is
+    fine (it is read line by line).
+    """
+    try:
+        handle = Path(path).open("rb")
+    except FileNotFoundError:
+        raise ApcirError(f"{what} not found", path=path) from None
+    except OSError as exc:
+        raise ApcirError(f"cannot read {what}: {_os_problem(exc)}", path=path) from None
+    with handle:
+        number = 0
+        try:
+            for number, raw in enumerate(handle, start=1):  # noqa: B007 - number is used after the loop
+                if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                    raw = raw[3:]
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise ApcirError(
+                        f"{what} is not UTF-8 text (byte {raw[exc.start:exc.start + 1]!r})", path=path, line=number
+                    ) from None
+                yield number, text.rstrip("\n").rstrip("\r")
+        except OSError as exc:
+            raise ApcirError(f"cannot read {what}: {_os_problem(exc)}", path=path, line=number + 1) from None
+
+
+def read_json(path: Path, what: str = "file") -> Any:
+    """Parse a JSON file; a syntax error names the file, line and column."""
+    text = read_text(path, what)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ApcirError(f"malformed JSON: {exc.msg} (column {exc.colno})", path=path, line=exc.lineno) from None
+    except RecursionError:
+        raise ApcirError("malformed JSON: nested too deeply", path=path) from None
+
+
+def parse_json_line(text: str, path: Path, number: int) -> dict[str, Any]:
+    """One JSONL line as an object; anything else is an error naming the file and line."""
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ApcirError(f"malformed JSON: {exc.msg} (column {exc.colno})", path=path, line=number) from None
+    except RecursionError:
+        raise ApcirError("malformed JSON: nested too deeply", path=path, line=number) from None
+    if not isinstance(record, dict):
+        raise ApcirError(f"expected a JSON object, found {type(record).__name__}", path=path, line=number)
+    return record
+
+
+def iter_jsonl(path: Path, what: str = "file") -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, object)`` for each non-blank line of a JSONL file."""
+    for number, line in iter_lines(path, what):
+        if line.strip():
+            yield number, parse_json_line(line, path, number)
+
+
+# ---- writing -----------------------------------------------------------------------------------
+@contextmanager
+def atomic_write(path: Path, mode: Literal["w", "wb"] = "w") -> Iterator[IO[Any]]:
+    """Write ``path`` all at once: yields a handle on a temporary file that replaces ``path`` on success.
+
+    Folders are created as needed. If the body raises, the temporary file is
+    removed and ``path`` is left as it was. An unwritable target (read-only
+    folder, a directory where a file is expected, a full disk) is an
+    :class:`ApcirError` naming it.
+    """
+    target = Path(path)
+    if target.is_dir():
+        raise ApcirError("is a directory; expected a file path to write", path=target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        raise ApcirError(f"cannot write here: {_os_problem(exc)}", path=target) from None
+    try:
+        with (os.fdopen(fd, "wb") if mode == "wb" else os.fdopen(fd, "w", encoding="utf-8")) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise ApcirError(f"cannot write: {_os_problem(exc)}", path=target) from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write a text file atomically (UTF-8)."""
+    with atomic_write(path) as handle:
+        handle.write(text)
+
+
+def write_json(path: Path, data: Any, indent: int | None = 1) -> None:
+    """Write JSON atomically (UTF-8, non-ASCII kept), with a final newline."""
+    write_text(path, json.dumps(data, indent=indent, ensure_ascii=False) + "\n")
+
+
+def write_jsonl(path: Path, records: list[Any]) -> None:
+    """Write JSONL atomically: one JSON value per line."""
+    with atomic_write(path) as handle:
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")

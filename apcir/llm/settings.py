@@ -1,0 +1,65 @@
+"""How apcir talks to a model: one settings record shared by every stage that asks an LLM.
+
+The same fields are a config section (``[reformulator]``, and the LLM parts of
+later stages) and the options of the commands, so a config and a command line
+with the same values send the same requests.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from apcir.llm.accounting import Price, load_prices
+from apcir.llm.cache import ResponseCache, default_cache_dir
+from apcir.llm.client import RetryPolicy, StructuredMode
+
+
+class LLMSettings(BaseModel):
+    """Server, client behaviour, generation parameters and cache of one kind of request."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str | None = Field(None, description="OpenAI-compatible server; default OPENAI_BASE_URL or OpenAI")
+    api_key_env: str = Field("OPENAI_API_KEY", description="environment variable holding the API key")
+    concurrency: int = Field(8, ge=1, description="requests in flight at most")
+    timeout: float = Field(120.0, gt=0, description="seconds before a request is abandoned (and retried)")
+    max_retries: int = Field(6, ge=0, description="retries on 429, 5xx, timeouts and unreadable answers")
+    retry_delay: float = Field(1.0, ge=0, description="first backoff delay in seconds (doubles)")
+    structured: StructuredMode = Field("auto", description="structured output: auto, json_schema, json_object, none")
+    temperature: float | None = Field(0.0, description="sampling temperature (None: the server's default)")
+    max_tokens: int | None = Field(1024, ge=1, description="answer length limit in tokens (None: no limit)")
+    cache_dir: str | None = Field(None, description="answer cache; default APCIR_CACHE_DIR or ~/.cache/apcir/llm")
+    no_cache: bool = Field(False, description="neither read nor write the answer cache")
+    prices: str | None = Field(None, description='JSON price file {"model": {"input": $/1M, "output": $/1M}}')
+
+    def resolved_base_url(self) -> str | None:
+        """The server the requests go to: ``base_url``, else ``OPENAI_BASE_URL``, else OpenAI (None)."""
+        return self.base_url or os.environ.get("OPENAI_BASE_URL") or None
+
+    def api_key(self) -> str | None:
+        """The key from ``api_key_env`` (never stored anywhere by apcir)."""
+        return os.environ.get(self.api_key_env) or None
+
+    def params(self) -> dict[str, Any]:
+        """Generation parameters sent with every request (and part of every cache key)."""
+        params: dict[str, Any] = {}
+        if self.temperature is not None:
+            params["temperature"] = self.temperature
+        if self.max_tokens is not None:
+            params["max_tokens"] = self.max_tokens
+        return params
+
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(max_retries=self.max_retries, base_delay=self.retry_delay)
+
+    def cache(self) -> ResponseCache | None:
+        if self.no_cache:
+            return None
+        return ResponseCache(Path(self.cache_dir).expanduser() if self.cache_dir else default_cache_dir())
+
+    def price_table(self) -> dict[str, Price]:
+        return load_prices(Path(self.prices) if self.prices else None)

@@ -1,0 +1,11 @@
+"""trec_eval's measures through pytrec_eval, and paired significance tests on their per-turn values.
+
+Shared by the stages that need a number: the weight search (fusion) maximises
+these measures, and the evaluation stage reports them.
+"""
+
+from apcir.metrics.measures import MEASURE_SETS, Measure, parse_measures
+from apcir.metrics.significance import Comparison, paired_t_tests
+from apcir.metrics.trec_eval import Evaluation, evaluate
+
+__all__ = ["MEASURE_SETS", "Comparison", "Evaluation", "Measure", "evaluate", "paired_t_tests", "parse_measures"]

@@ -1,0 +1,109 @@
+"""The LLM reformulator: one chat request per turn (the paper's single call), through :mod:`apcir.llm.jobs`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+from apcir.console import warn
+from apcir.contract.records import Turn
+from apcir.contract.reformulations import ReformulationOutput, ReformulationRecord
+from apcir.llm.accounting import Accounting
+from apcir.llm.cache import cache_key
+from apcir.llm.jobs import Answer, Ask, ask_all
+from apcir.llm.settings import LLMSettings
+from apcir.reformulate.options import ReformulatorOptions
+from apcir.reformulate.prompt import Prompt, build_prompt, output_schema, parse_answer, repair_messages
+
+SCHEMA_NAME = "apcir_reformulation"
+
+
+def public_url(url: str | None) -> str | None:
+    """``url`` without user info, query or fragment (where credentials could hide)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    if not url:
+        return url
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def identity(turns: Sequence[Turn], options: ReformulatorOptions) -> dict[str, Any]:
+    """What is actually sent: every turn's rendered messages with the generation parameters, and the schema.
+
+    The hash changes with one word of the prompt, a demonstration, an ablation
+    switch, the model or a parameter, so a stage fingerprint built on it redoes
+    the reformulation exactly when the requests would differ.
+    """
+    params = options.params()
+    digest = hashlib.sha256()
+    for turn in turns:
+        digest.update(cache_key(options.llm, build_prompt(turn, options.prompt).messages, params).encode())
+    schema = json.dumps(output_schema(options.prompt.cot), sort_keys=True)
+    return {
+        "requests": digest.hexdigest()[:16],
+        "schema": hashlib.sha256(schema.encode()).hexdigest()[:16],
+        "structured": options.structured,
+        "base_url": public_url(options.resolved_base_url()),
+    }
+
+
+def _record(turn: Turn, prompt: Prompt, model: str, answer: Answer[ReformulationOutput]) -> ReformulationRecord:
+    return ReformulationRecord(
+        turn_id=turn.turn_id,
+        model=model,
+        prompt_hash=prompt.hash,
+        status="ok" if answer.ok else "failed",
+        output=answer.value,
+        error=answer.error,
+        raw=None if answer.ok else answer.raw,
+        seconds=round(answer.seconds, 3),
+        usage=answer.usage,
+        demonstrations=prompt.demonstrations,
+        cached=answer.cached,
+    )
+
+
+def produce(
+    turns: Sequence[Turn],
+    options: ReformulatorOptions,
+    emit: Callable[[ReformulationRecord], None],
+    *,
+    accounting: Accounting,
+    refresh: bool = False,
+) -> str | None:
+    """Ask the model for every turn, emitting each record as soon as its answer is in."""
+    settings = LLMSettings.model_validate(options.model_dump(include=set(LLMSettings.model_fields)))
+    cot = options.prompt.cot
+    prompts = {t.turn_id: build_prompt(t, options.prompt) for t in turns}
+    by_id = {t.turn_id: t for t in turns}
+    asks = [
+        Ask(
+            key=turn.turn_id,
+            messages=prompts[turn.turn_id].messages,
+            parse=partial(parse_answer, turn=turn, cot=cot),
+            repair=partial(_repair, prompts[turn.turn_id], cot),
+            schema=output_schema(cot),
+            schema_name=SCHEMA_NAME,
+        )
+        for turn in turns
+    ]
+
+    def on_answer(ask: Ask[ReformulationOutput], answer: Answer[ReformulationOutput]) -> None:
+        if not answer.ok:
+            kept = "; the raw answer is kept in the record" if answer.raw is not None else ""
+            warn(f"turn {ask.key} failed: {answer.error}{kept}")
+        emit(_record(by_id[ask.key], prompts[ask.key], options.llm, answer))
+
+    return ask_all(asks, model=options.llm, settings=settings, accounting=accounting, on_answer=on_answer,
+                   read_cache=not refresh)
+
+
+def _repair(prompt: Prompt, cot: bool, raw: str, problem: str) -> list[dict[str, str]]:
+    return repair_messages(prompt, raw, problem, cot)

@@ -1,0 +1,40 @@
+"""The retrieval stage's settings: the ``[retrieval]`` config section."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from apcir.retrieval.registry import BACKENDS
+
+
+class RetrievalSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    backend: str = Field("embedded", description=f"one of: {BACKENDS.help()}")
+    index: str = Field(
+        "indexes/ikat23-provenance-splade-tiny",
+        description="index directory; built from `collection` when missing (backends with an encoder)",
+    )
+    collection: str | None = Field("ikat23-provenance", description="collection to build the index from if missing")
+    encoder: str = Field("splade-tiny", description="the model that encodes passages and queries (not used by BM25)")
+    k: int = Field(1000, ge=1, description="passages retrieved per list")
+    passages: str | None = Field(
+        None, description="collection JSONL with passage texts for the submission (default: `collection`)"
+    )
+
+    @field_validator("backend")
+    @classmethod
+    def _registered(cls, value: str) -> str:
+        try:
+            return BACKENDS.check(value)
+        except Exception as exc:  # an ApcirError; pydantic wants a ValueError
+            raise ValueError(str(exc)) from None
+
+    @property
+    def uses_encoder(self) -> bool:
+        return BACKENDS.get(self.backend).encoder is not None
+
+    @property
+    def passages_source(self) -> str | None:
+        """Where passage texts come from: ``passages``, else ``collection``."""
+        return self.passages or self.collection
