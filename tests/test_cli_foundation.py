@@ -66,3 +66,34 @@ def test_user_errors_are_one_line_without_traceback(tmp_path, args, content, exp
     assert proc.returncode == 2
     assert expected in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_evaluate_several_runs_compares_them_with_paired_tests(tmp_path, run_cli):
+    import random
+
+    from apcir import datasets
+    from apcir.contract.runs import write_run
+
+    qrels = datasets.qrels("ikat23-test")
+    rng = random.Random(3)
+    good, bad = {}, {}
+    for turn, grades in qrels.items():
+        relevant = [p for p, g in grades.items() if g >= 1]
+        others = [p for p, g in grades.items() if g == 0][:20]
+        good[turn] = {p: 10.0 - i for i, p in enumerate(relevant + others)}
+        shuffled = others + relevant
+        rng.shuffle(shuffled)
+        bad[turn] = {p: 10.0 - i for i, p in enumerate(shuffled)}
+    write_run(good, tmp_path / "good.run")
+    write_run(bad, tmp_path / "bad.run")
+    code, out, err = run_cli("evaluate", str(tmp_path / "bad.run"), str(tmp_path / "good.run"), "--qrels",
+                             "ikat23-test", "--json")
+    assert code == 0, err
+    payload = json.loads(out)
+    assert payload["baseline"] == "bad.run" and set(payload["runs"]) == {"bad.run", "good.run"}
+    mrr = {t["measure"]: t for t in payload["tests"] if t["system"] == "good.run"}["MRR"]
+    assert mrr["significant"] and mrr["mean_system"] > mrr["mean_baseline"]
+    code, out, err = run_cli("evaluate", str(tmp_path / "bad.run"), str(tmp_path / "good.run"), "--qrels",
+                             "ikat23-test", "--baseline", str(tmp_path / "good.run"))
+    assert code == 0, err
+    assert "good.run (baseline)" in out and "↓" in out

@@ -244,3 +244,38 @@ def test_levels_from_reformulations_jsonl(tmp_path):
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     with pytest.raises(ApcirError, match="9-1_4"):
         load_levels(path)
+
+
+def test_tune_cv_alone_writes_only_the_out_of_fold_run(run_cli, files):
+    tmp, paths, runs, qrels, levels = files
+    code, out, err = run_cli("tune", "--runs", *paths, "--levels", str(tmp / "levels.tsv"), "--qrels",
+                             str(tmp / "qrels.txt"), "--step", "0.1", "--cv", "2", "--cv-run", str(tmp / "oof.trec"),
+                             "--json")
+    assert code == 0, err
+    payload = json.loads(out)
+    assert payload["weights_file"] is None and payload["cv"]["label"] == "out-of-fold"
+    assert (tmp / "oof.trec").exists() and not (tmp / "weights.json").exists()
+    code, _, err = run_cli("tune", "--runs", *paths, "--levels", str(tmp / "levels.tsv"), "--qrels",
+                           str(tmp / "qrels.txt"))
+    assert code == 2 and "give --out" in err
+
+
+def test_min_turns_makes_small_levels_fall_back(run_cli, files):
+    tmp, paths, runs, qrels, levels = files
+    code, out, err = run_cli("tune", "--runs", *paths, "--levels", str(tmp / "levels.tsv"), "--qrels",
+                             str(tmp / "qrels.txt"), "--step", "0.1", "--min-turns", "100",
+                             "--out", str(tmp / "weights.json"))
+    assert code == 0, err
+    saved = json.loads((tmp / "weights.json").read_text())
+    assert saved["min_turns"] == 100
+    for level in saved["levels"].values():
+        assert level["fallback"] and level["weights"] == saved["all_turns"]["weights"]
+    assert "fewer than min_turns = 100" in err
+
+
+def test_baseline_names_are_the_system_registry_names(run_cli, files):
+    tmp, paths, *_ = files
+    code, _, err = run_cli("baseline", "list-third", "--runs", *paths, "--out", str(tmp / "third.trec"))
+    assert code == 0, err
+    code, _, err = run_cli("baseline", "list3", "--runs", *paths, "--out", str(tmp / "x.trec"))
+    assert code == 2 and "unknown baseline 'list3'" in err and "list-rewrite" in err

@@ -12,7 +12,6 @@ from apcir import datasets
 from apcir.contract.levels import load_levels
 from apcir.experiment.config import ExperimentConfig
 from apcir.experiment.pipeline import run_experiment
-from apcir.retrieval.build import build_index
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,24 +21,6 @@ ROOT = Path(__file__).resolve().parent.parent
 def _clean_env(monkeypatch):
     for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "APCIR_CACHE_DIR"):
         monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture(scope="module")
-def small(tmp_path_factory):
-    """Four judged conversations and a collection of their judged passages plus 60 others, indexed once."""
-    root = tmp_path_factory.mktemp("pipeline")
-    qrels = datasets.qrels("ikat23-test-provenance")
-    turns = datasets.topics("ikat23-test")
-    conversations = sorted({t.conversation_id for t in turns if t.turn_id in qrels})[:4]
-    chosen = [t.turn_id for t in turns if t.conversation_id in conversations]
-    judged = {p for t in chosen if t in qrels for p in qrels[t]}
-    passages = list(datasets.iter_collection(datasets.collection_path("ikat23-provenance")))
-    keep = [p for p in passages if p.id in judged] + [p for p in passages if p.id not in judged][:60]
-    collection = root / "collection.jsonl"
-    collection.write_text("".join(json.dumps({"id": p.id, "contents": p.contents}) + "\n" for p in keep))
-    index = root / "index"
-    build_index(collection, "embedded", index, "splade-tiny", progress=False)
-    return root, collection, index, chosen
 
 
 def config(small, server, name="t", **fusion):

@@ -68,6 +68,18 @@ def test_retrieve_from_reformulations_jsonl(run_cli, small_index, tmp_path):
     assert code == 0, stderr
     assert "9-1_4 skipped: timeout" in stderr and "1 turn(s) skipped" in stdout
     assert set(load_run(tmp_path / "r")) == {"9-1_3"}
+    # several fields in one call: the encoder and index load once, one run per field
+    code, stdout, stderr = run_cli("retrieve", "--index", str(index), "--queries", str(path), "--field",
+                                   "rewrite,rewrite_response,third", "--out", str(tmp_path / "lists"), "--tag", "x")
+    assert code == 0, stderr
+    for field in ("rewrite", "rewrite_response", "third"):
+        assert set(load_run(tmp_path / "lists" / f"{field}.run")) == {"9-1_3"}
+        assert f" x-{field}\n" in (tmp_path / "lists" / f"{field}.run").read_text()
+    assert load_run(tmp_path / "lists" / "rewrite_response.run") == load_run(tmp_path / "r")
+    code, stdout, stderr = run_cli("retrieve", "--index", str(index), "--queries", str(path), "--field",
+                                   "rewrite,third", "--out", str(tmp_path / "pattern-{field}.trec"))
+    assert code == 0, stderr
+    assert (tmp_path / "pattern-third.trec").exists() and (tmp_path / "pattern-rewrite.trec").exists()
 
 
 @pytest.mark.parametrize(

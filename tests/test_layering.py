@@ -1,0 +1,115 @@
+"""The package's layering: contract -> services -> stages (in flow order) -> experiment -> CLI.
+
+Every import in apcir/ (module level or inside a function) is checked: a
+module may import its own layer and the layers below it, and a stage may
+import earlier stages but never a later one. The same order is written in
+the README's contributor section.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent / "apcir"
+
+# Lowest first. Within "stages", the order is the data flow.
+LAYERS: list[tuple[str, list[str]]] = [
+    ("foundation", ["apcir.errors", "apcir.ids", "apcir.io", "apcir.console", "apcir.registry"]),
+    ("contract", ["apcir.contract"]),
+    ("services", ["apcir.datasets", "apcir.metrics", "apcir.llm"]),
+    ("stages", ["apcir.reformulate", "apcir.retrieval", "apcir.fusion", "apcir.export", "apcir.evaluation"]),
+    ("experiment", ["apcir.experiment"]),
+    ("cli", ["apcir.cli", "apcir.__main__"]),
+]
+ORDER = [component for _, components in LAYERS for component in components]
+LAYER_OF = {component: layer for layer, components in LAYERS for component in components}
+LAYER_RANK = {layer: rank for rank, (layer, _) in enumerate(LAYERS)}
+
+
+def component(module: str) -> str | None:
+    """The component (an entry of LAYERS) a module belongs to; None for the package root."""
+    for name in sorted(ORDER, key=len, reverse=True):
+        if module == name or module.startswith(name + "."):
+            return name
+    return None
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    """Every apcir module imported anywhere in ``path`` (absolute or relative), with its line."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names if alias.name.startswith("apcir")]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.startswith("apcir"):
+                if target == "apcir":  # from apcir import datasets, __version__
+                    found += [(node.lineno, f"apcir.{alias.name}") for alias in node.names]
+                else:
+                    found.append((node.lineno, target))
+    return found
+
+
+def violations() -> list[str]:
+    problems = []
+    for path in sorted(ROOT.rglob("*.py")):
+        here = component(module_name(path))
+        if here is None:
+            continue
+        for line, target in imports(path):
+            there = component(target)
+            if there is None or there == here:
+                continue
+            layer_here, layer_there = LAYER_OF[here], LAYER_OF[there]
+            where = f"{path.relative_to(ROOT.parent)}:{line} imports {target}"
+            if LAYER_RANK[layer_there] > LAYER_RANK[layer_here]:
+                problems.append(f"{where}: the {layer_there} layer is above the {layer_here} layer")
+            elif layer_here == layer_there and ORDER.index(there) > ORDER.index(here):
+                problems.append(f"{where}: {there} comes after {here}")
+    return problems
+
+
+def test_every_module_belongs_to_a_layer():
+    unplaced = [module_name(p) for p in ROOT.rglob("*.py") if component(module_name(p)) is None
+                and module_name(p) != "apcir"]
+    assert unplaced == [], "add new top-level modules to LAYERS (and to the README's contributor section)"
+
+
+def test_no_layer_imports_a_layer_above_it_and_no_stage_a_later_stage():
+    assert violations() == []
+
+
+def test_nothing_below_the_cli_imports_the_cli():
+    below = [f"{p.relative_to(ROOT.parent)}:{line}" for p in ROOT.rglob("*.py")
+             if component(module_name(p)) not in ("apcir.cli", "apcir.__main__")
+             for line, target in imports(p) if target.startswith("apcir.cli")]
+    assert below == []
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("from apcir.cli.common import console\n", "the cli layer is above the stages layer"),
+    ("from apcir.export.stage import write_submission\n", "apcir.export comes after apcir.fusion"),
+])
+def test_the_check_catches_a_bad_import(tmp_path, monkeypatch, source, expected):
+    bad = ROOT / "fusion" / "_layering_probe.py"
+    bad.write_text(source, encoding="utf-8")
+    try:
+        assert any(expected in problem for problem in violations())
+    finally:
+        bad.unlink()
