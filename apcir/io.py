@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -153,6 +154,37 @@ def atomic_write(path: Path, mode: Literal["w", "wb"] = "w") -> Iterator[IO[Any]
         raise
 
 
+def check_writable(path: Path, what: str = "output") -> Path:
+    """Fail early (before any long work) when ``path`` cannot be written: a directory, or an unwritable folder."""
+    target = Path(path).expanduser()
+    if target.is_dir():
+        raise ApcirError(f"{what} is a directory; expected a file path", path=target)
+    folder = target.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ApcirError(f"cannot create the folder of the {what}: {_os_problem(exc)}", path=folder) from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ApcirError(f"cannot write the {what} here: permission denied", path=target)
+    if target.exists() and not os.access(target, os.W_OK) and not os.access(folder, os.W_OK):
+        raise ApcirError(f"cannot replace the {what}: permission denied", path=target)
+    return target
+
+
+def check_writable_dir(path: Path, what: str = "output folder") -> Path:
+    """Like :func:`check_writable`, for a folder apcir will write into."""
+    target = Path(path).expanduser()
+    if target.exists() and not target.is_dir():
+        raise ApcirError(f"{what} is a file; expected a folder", path=target)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ApcirError(f"cannot create the {what}: {_os_problem(exc)}", path=target) from None
+    if not os.access(target, os.W_OK | os.X_OK):
+        raise ApcirError(f"cannot write into the {what}: permission denied", path=target)
+    return target
+
+
 def write_text(path: Path, text: str) -> None:
     """Write a text file atomically (UTF-8)."""
     with atomic_write(path) as handle:
@@ -169,3 +201,65 @@ def write_jsonl(path: Path, records: list[Any]) -> None:
     with atomic_write(path) as handle:
         for record in records:
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
+# ---- one writer at a time --------------------------------------------------------------------------
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextmanager
+def exclusive(lock_path: Path, what: str) -> Iterator[None]:
+    """Hold ``lock_path`` while the body runs; a second holder fails at once, naming the first.
+
+    The lock is an ``flock`` on the file, which the kernel releases when its
+    holder dies, so a lock left by a killed process is taken over (with a
+    message saying so). The file stays, saying who held it last.
+    """
+    import fcntl
+    import socket
+
+    try:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        handle = lock_path.open("a+", encoding="utf-8")
+    except OSError as exc:
+        raise ApcirError(f"cannot create the lock file: {_os_problem(exc)}", path=lock_path) from None
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise ApcirError(
+                f"{what} is being written by another apcir process ({holder}); wait for it to finish or use "
+                "another output", path=lock_path
+            ) from None
+        handle.seek(0)
+        previous = handle.read().strip()
+        if previous.startswith("held by pid "):
+            pid = int(previous.split()[3]) if previous.split()[3].isdigit() else -1
+            if pid != os.getpid() and not _alive(pid):
+                from apcir.console import warn
+
+                warn(f"{what}: taking over the lock of pid {pid}, which stopped without releasing it")
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"held by pid {os.getpid()} on {socket.gethostname()} since "
+                     f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        handle.flush()
+        try:
+            yield
+        finally:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"released by pid {os.getpid()} at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+            handle.flush()
+            fcntl.flock(handle, fcntl.LOCK_UN)
+    finally:
+        handle.close()

@@ -44,6 +44,10 @@ class Reply:
     delay: float = 0.0
     message: str | None = None
     usage: bool = True
+    headers: dict[str, str] | None = None
+    raw: bytes | None = None
+    """Send these bytes as the body instead of a JSON completion (e.g. a proxy's HTML error page)."""
+    content_type: str = "application/json"
 
 
 def default_content(body: dict[str, Any]) -> str:
@@ -67,13 +71,20 @@ class FakeOpenAI:
     """The server; use as a context manager or call :meth:`start` / :meth:`stop`."""
 
     def __init__(
-        self, delay: float = 0.0, content: Callable[[dict[str, Any]], str] = default_content
+        self,
+        delay: float = 0.0,
+        content: Callable[[dict[str, Any]], str] = default_content,
+        reply: Callable[[dict[str, Any]], Reply | None] | None = None,
     ):
         self.delay = delay
         self.content = content
+        self.reply = reply
         self.script: deque[Reply] = deque()
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        self.times: list[float] = []
+        """Arrival time (time.monotonic) of each request, and when its answer was sent (answered)."""
+        self.answered: list[float] = []
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
@@ -129,10 +140,13 @@ class FakeOpenAI:
     def _handle(self, handler: BaseHTTPRequestHandler) -> None:
         length = int(handler.headers.get("content-length", 0))
         body = json.loads(handler.rfile.read(length) or b"{}")
+        arrived = time.monotonic()
         with self._lock:
             self.requests.append(body)
+            self.times.append(arrived)
             self.headers.append({k.lower(): v for k, v in handler.headers.items()})
-            reply = self.script.popleft() if self.script else Reply()
+            scripted = self.reply(body) if self.reply is not None else None
+            reply = scripted or (self.script.popleft() if self.script else Reply())
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
@@ -147,10 +161,13 @@ class FakeOpenAI:
         finally:
             with self._lock:
                 self.in_flight -= 1
-        data = json.dumps(payload).encode("utf-8")
+                self.answered.append(time.monotonic())
+        data = reply.raw if reply.raw is not None else json.dumps(payload).encode("utf-8")
         try:
             handler.send_response(status)
-            handler.send_header("content-type", "application/json")
+            handler.send_header("content-type", reply.content_type)
+            for name, value in (reply.headers or {}).items():
+                handler.send_header(name, value)
             handler.send_header("content-length", str(len(data)))
             handler.end_headers()
             handler.wfile.write(data)

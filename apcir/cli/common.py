@@ -42,4 +42,5 @@ def settings(model: type[M], **values: Any) -> M:
         option = "--" + str(first["loc"][-1]).replace("_", "-") if first["loc"] else "an option"
         given_value = first.get("input")
         shown = f" {given_value!r}" if isinstance(given_value, (str, int, float)) else ""
-        raise ApcirError(f"{option}{shown}: {first['msg']}") from None
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise ApcirError(f"{option}{shown}: {message}") from None

@@ -15,7 +15,7 @@ from apcir.export.common import CLUEWEB_ID, SubmissionInputs
 from apcir.export.formats import FORMATS
 from apcir.export.settings import ExportSettings
 from apcir.export.stage import validate_submission, write_submission
-from apcir.io import iter_lines
+from apcir.io import check_writable, iter_lines
 
 
 def export_command(
@@ -33,9 +33,14 @@ def export_command(
     run_name: str | None = typer.Option(None, "--run-name", help="Run name (default: the run file's tag)."),
     run_type: str = typer.Option("automatic", "--run-type", help="automatic or manual."),
     team_id: str = typer.Option("apcir", "--team-id", help="Team id (2025 metadata)."),
+    allow_missing_text: bool = typer.Option(
+        False, "--allow-missing-text", help="Write even when cited passages have no text (validate flags them)."
+    ),
 ) -> None:
     """Export a TREC run as an iKAT submission (2023/2024 JSON or 2025 JSONL)."""
-    options = settings(ExportSettings, format=fmt, text=text, run_type=run_type, team_id=team_id)
+    options = settings(ExportSettings, format=fmt, text=text, run_type=run_type, team_id=team_id,
+                       allow_missing_text=allow_missing_text)
+    check_writable(out, "submission")
     run_file = read_run_file(run)
     turns = datasets.topics(topics)
     used_top = 5
@@ -45,7 +50,7 @@ def export_command(
     inputs = SubmissionInputs(run=run_file.run, turns=turns, run_name=run_name or run_file.tag or run.stem,
                               run_type=options.run_type, team_id=options.team_id, reformulations=records,
                               passages=passages, mode=options.text, used_top=used_top)
-    write_submission(inputs, options.format, out)
+    write_submission(inputs, options.format, out, allow_missing_text=options.allow_missing_text)
     console.print(f"wrote {options.format} submission for {len(turns)} turns to {out}; check it with: "
                   f"apcir validate {out} --topics {topics}")
 

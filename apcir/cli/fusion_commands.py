@@ -21,6 +21,7 @@ from apcir.contract.weights import WeightsFile, load_weights
 from apcir.errors import ApcirError
 from apcir.fusion.settings import TuningSettings
 from apcir.fusion.systems import SYSTEMS
+from apcir.io import check_writable
 
 _EXTRA = {"allow_extra_args": True}
 _RUNS_HELP = "The run files to fuse, in weight order (q', q'+r', third): --runs A B C."
@@ -113,6 +114,9 @@ def tune_command(
 
     if out is None and not cv:
         raise ApcirError("give --out (where to write weights.json), or --cv for out-of-fold metrics only")
+    for target, what in ((out, "weights file"), (cv_run, "out-of-fold run")):
+        if target is not None:
+            check_writable(target, what)  # before the search, so that its result is not lost
     check_norm(norm)
     run_list, names = _runs(ctx, runs)
     _warn_alignment(run_list, names, strict)
@@ -124,7 +128,11 @@ def tune_command(
     weights = tune_variants(inputs, tuning, [variant], norm=norm, depth=depth, rel_threshold=rel_threshold,
                             missing_level=missing_level, search=search)[variant]
     if out is not None:
-        weights.save(out)
+        try:
+            weights.save(out)
+        except ApcirError:
+            print_json(weights.model_dump())  # the search is done: keep its result on stdout
+            raise
     result = None
     if cv:
         assert inputs.qrels is not None
@@ -200,6 +208,7 @@ def fuse_command(
     from apcir.fusion.protocol import FusionInputs, tuned_systems
     from apcir.metrics import evaluate
 
+    check_writable(out, "fused run")
     weights = load_weights(weights_path)
     run_list, names = _runs(ctx, runs, expected=weights.n_weights)
     _warn_alignment(run_list, names, strict)
@@ -265,6 +274,7 @@ def baseline_command(
 
     if name not in BASELINES:
         raise ApcirError(f"unknown baseline {name!r}: expected one of {', '.join(BASELINES)}")
+    check_writable(out, "baseline run")
     check_norm(norm)
     spec = SYSTEMS.get(name)
     run_list, names = _runs(ctx, runs)

@@ -1,17 +1,26 @@
-"""Entry point: builds the typer app from each area's commands and turns user errors into messages."""
+"""Entry point: builds the typer app from each area's commands and turns every error into one line.
+
+Exit codes: 0 done; 1 done, but some turns failed or the checked file has
+problems; 2 a user error (bad option, bad input, unwritable output: the line
+names the file, line or turn and what was expected); 3 an internal error (the
+line says where the traceback was written); 130 interrupted.
+"""
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
 import sys
+import traceback
+from typing import Any
 
 import typer
+from rich.markup import escape
 
 import apcir.cli
 from apcir import __version__
 from apcir.cli.common import err_console
-from apcir.errors import ApcirError
+from apcir.errors import ApcirError, crash_log_path
 
 app = typer.Typer(
     name="apcir",
@@ -29,6 +38,25 @@ for name in sorted(_areas, key=lambda n: (_ORDER.index(n[: -len("_commands")]) i
                                           else len(_ORDER), n)):
     importlib.import_module(f"apcir.cli.{name}").register(app)
 
+USER_ERROR, INTERNAL_ERROR, INTERRUPTED = 2, 3, 130
+
+
+def _click_exceptions() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    """(usage errors, aborts) of the click that typer uses: its vendored copy, and click itself if installed."""
+    usage: list[type[BaseException]] = []
+    aborts: list[type[BaseException]] = []
+    for module in ("typer._click.exceptions", "typer.exceptions", "click.exceptions"):
+        try:
+            found: Any = importlib.import_module(module)
+        except ImportError:
+            continue
+        usage += [found.ClickException] if hasattr(found, "ClickException") else []
+        aborts += [found.Abort] if hasattr(found, "Abort") else []
+    return tuple(usage), tuple(aborts)
+
+
+_USAGE, _ABORT = _click_exceptions()
+
 
 def _version(value: bool) -> None:
     if value:
@@ -43,26 +71,62 @@ def _root(
     """Adaptive personalised conversational search on TREC iKAT (APCIR)."""
 
 
+def _say(message: str) -> None:
+    err_console.print("[bold red]error:[/] " + escape(message), highlight=False, soft_wrap=True)
+
+
+def _usage_line(exc: Any) -> str:
+    """One line for a click usage error: what is wrong, and where to look."""
+    message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    ctx = getattr(exc, "ctx", None)
+    command = ctx.command_path if ctx is not None else "apcir"
+    return f"{message.strip()} (see: {command} --help)"
+
+
+def _crash(exc: BaseException) -> int:
+    """Write the traceback where :func:`crash_log_path` says, print one line saying so."""
+    path = crash_log_path()
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as log:
+            log.write(f"apcir {__version__}: {' '.join(sys.argv)}\n{text}\n")
+        where = f"the full traceback is in {path}"
+    except OSError:
+        where = "the traceback could not be written to a file:\n" + text
+    _say(f"internal error ({type(exc).__name__}: {exc}); this is a bug in apcir, please report it; {where}")
+    return INTERNAL_ERROR
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI; an :class:`ApcirError` becomes one line on stderr and exit code 2."""
+    """Run the CLI; see the module docstring for what each exit code means."""
     try:
         code = app(args=argv, standalone_mode=False)
         if isinstance(code, int) and code:
             sys.exit(code)
     except ApcirError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        sys.exit(2)
+        _say(str(exc))
+        sys.exit(USER_ERROR)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err_console.print("interrupted; finished work is on disk and a re-run resumes from it")
-        sys.exit(130)
-    except Exception as exc:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Abort):
-            sys.exit(1)
+        sys.exit(INTERRUPTED)
+    except _USAGE as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError" or not str(exc.format_message()).strip():  # type: ignore[attr-defined]
+            sys.exit(0)  # the help was shown: nothing else to say
+        _say(_usage_line(exc))
+        sys.exit(getattr(exc, "exit_code", USER_ERROR) or USER_ERROR)
+    except _ABORT:
+        sys.exit(1)
+    except UnicodeDecodeError as exc:
+        _say(f"not UTF-8 text ({exc.reason} at byte {exc.start})")
+        sys.exit(USER_ERROR)
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        _say(f"{where}{exc.strerror or type(exc).__name__}")
+        sys.exit(USER_ERROR)
+    except SystemExit:
         raise
+    except Exception as exc:
+        sys.exit(_crash(exc))

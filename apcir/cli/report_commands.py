@@ -9,6 +9,7 @@ import typer
 from apcir.cli.common import console
 from apcir.evaluation.report import write_report
 from apcir.evaluation.results import read_metrics
+from apcir.io import check_writable_dir
 
 
 def report_command(
@@ -20,11 +21,12 @@ def report_command(
 ) -> None:
     """Write report.md and PNG plots in the layout of the APCIR paper's tables."""
     runs = [read_metrics(d) for d in run_dirs]
+    target_dir = out or (run_dirs[0] / "report" if len(run_dirs) == 1 else Path("runs") / "report")
+    check_writable_dir(target_dir, "report folder")
     names = [r.name for r in runs]
     if len(set(names)) < len(names):  # same experiment name twice: tell them apart by directory
         runs = [r.model_copy(update={"name": str(d)}) for r, d in zip(runs, run_dirs)]
-    target = out or (run_dirs[0] / "report" if len(run_dirs) == 1 else Path("runs") / "report")
-    path = write_report(runs, target, baseline)
+    path = write_report(runs, target_dir, baseline)
     console.print(f"report written to {path}")
 
 

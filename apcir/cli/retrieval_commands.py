@@ -11,6 +11,7 @@ from rich.table import Table
 from apcir.cli.common import console, err_console, print_json
 from apcir.contract.reformulations import LIST_NAMES
 from apcir.errors import ApcirError
+from apcir.io import check_writable, check_writable_dir
 from apcir.retrieval.registry import BACKENDS
 
 index_app = typer.Typer(help="Build and inspect retrieval indexes.", no_args_is_help=True)
@@ -44,6 +45,7 @@ def build_command(
     """Build an index (resumable; an up-to-date index is left alone)."""
     from apcir.retrieval.build import build_index
 
+    check_writable_dir(out, "index directory")
     result = build_index(
         collection, backend, out, encoder=encoder, shard=shard, device=device, batch_size=batch_size,
         doc_max_length=doc_max_length, chunk_size=chunk_size, threads=threads, overwrite=overwrite,
@@ -130,6 +132,8 @@ def retrieve_command(
         else:
             outs = {keys[f]: out / f"{keys[f]}.run" for f in fields}
         tags = {keys[f]: f"{tag}-{keys[f]}" for f in fields}
+    for path in outs.values():
+        check_writable(path, "run file")
     backend = open_index(index, encoder, device=device, threads=threads, backend=backend_name)
     started = time.perf_counter()
     runs = retrieve_lists(backend, {keys[f]: qs.queries for f, qs in query_sets.items()}, outs, tags, k=k)

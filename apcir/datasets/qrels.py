@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from apcir.console import warn
 from apcir.contract.records import Qrels
 from apcir.errors import ApcirError
 from apcir.ids import canonical_turn_id
 from apcir.io import atomic_write, iter_lines
+
+MAX_GRADE = 4
 
 
 def load_qrels(path: Path) -> Qrels:
@@ -17,6 +20,8 @@ def load_qrels(path: Path) -> Qrels:
     A passage judged twice for one turn is an error (the grades could disagree).
     """
     qrels: Qrels = {}
+    repeated = 0
+    unusual: dict[int, int] = {}
     for number, line in iter_lines(path, "qrels file"):
         fields = line.split()
         if not fields:
@@ -43,9 +48,19 @@ def load_qrels(path: Path) -> Qrels:
                 path=path,
                 line=number,
             )
+        if passage in judged:
+            repeated += 1
+        if not 0 <= grade <= MAX_GRADE:
+            unusual[grade] = unusual.get(grade, 0) + 1
         judged[passage] = grade
     if not qrels:
         raise ApcirError("qrels file has no judgements", path=path)
+    if repeated:
+        warn(f"{path}: {repeated} judgement(s) repeat an earlier line with the same grade (kept once)")
+    if unusual:
+        counts = ", ".join(f"{count} of grade {grade}" for grade, count in sorted(unusual.items()))
+        warn(f"{path}: grades outside iKAT's 0-{MAX_GRADE} scale ({counts}); trec_eval counts negative grades "
+             "as not relevant and uses the others as gains")
     return qrels
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from apcir.console import warn
 from apcir.contract.records import HistoryEntry, Turn
 from apcir.errors import ApcirError
 from apcir.ids import make_turn_id
@@ -19,13 +20,33 @@ from apcir.io import read_json
 
 
 def load_topics(path: Path) -> list[Turn]:
-    """All turns of a topic file, in conversation order, each with its history."""
-    data = read_json(path)
+    """All turns of a topic file, in conversation order, each with its history.
+
+    Malformed conversations and turns are errors naming the conversation and
+    turn; a repeated conversation or turn id is an error (it would silently
+    replace the other); empty utterances are accepted with a warning (a
+    reformulator then fails those turns rather than searching nothing).
+    """
+    data = read_json(path, "topic file")
     if not isinstance(data, list) or not data:
         raise ApcirError("expected a non-empty JSON list of conversations (iKAT topic file)", path=path)
     turns: list[Turn] = []
+    seen: dict[str, int] = {}
     for index, conversation in enumerate(data):
-        turns.extend(_conversation_turns(conversation, index, path))
+        conv_turns = _conversation_turns(conversation, index, path)
+        if conv_turns and conv_turns[0].conversation_id in seen:
+            raise ApcirError(
+                f"conversation {conv_turns[0].conversation_id} appears twice (conversations "
+                f"#{seen[conv_turns[0].conversation_id] + 1} and #{index + 1})",
+                path=path,
+            )
+        if conv_turns:
+            seen[conv_turns[0].conversation_id] = index
+        turns.extend(conv_turns)
+    empty = [t.turn_id for t in turns if not t.utterance.strip()]
+    if empty:
+        shown = ", ".join(empty[:10]) + (" ..." if len(empty) > 10 else "")
+        warn(f"{path}: {len(empty)} turn(s) have an empty utterance: {shown}")
     return turns
 
 
@@ -36,7 +57,11 @@ def _conversation_turns(conv: Any, index: int, path: Path) -> list[Turn]:
             "expected the iKAT 2023/2024 schema (turns) or the 2025 schema (responses)",
             path=path,
         )
-    conv_id = str(conv["number"])
+    if not isinstance(conv["number"], (str, int)) or isinstance(conv["number"], bool) or not str(conv["number"]).strip():
+        raise ApcirError(f"conversation #{index + 1}: 'number' must be a string or an integer", path=path)
+    conv_id = str(conv["number"]).strip()
+    if any(c.isspace() or c == "_" for c in conv_id):
+        raise ApcirError(f"conversation {conv_id!r}: its number may not contain spaces or '_'", path=path)
     if "turns" in conv:
         ptkb = _ptkb_from_mapping(conv.get("ptkb", {}), conv_id, path)
         raw_turns, schema = conv["turns"], "2023"
@@ -54,7 +79,10 @@ def _conversation_turns(conv: Any, index: int, path: Path) -> list[Turn]:
     turns: list[Turn] = []
     history: list[HistoryEntry] = []
     for raw in raw_turns:
-        turn = _turn(raw, schema, conv_id, str(conv.get("title", "")), ptkb, history, path)
+        turn = _turn(raw, schema, conv_id, _text(conv.get("title"), f"conversation {conv_id}: title", path), ptkb,
+                     history, path)
+        if any(t.turn_id == turn.turn_id for t in turns):
+            raise ApcirError(f"conversation {conv_id}: turn {turn.turn_number} appears twice", path=path)
         turns.append(turn)
         history = [*history, HistoryEntry(turn_id=turn.turn_id, utterance=turn.utterance, response=turn.response)]
     return turns
@@ -76,24 +104,33 @@ def _turn(
             f"(iKAT {'2023/2024' if schema == '2023' else '2025'} schema)",
             path=path,
         )
-    turn_id = make_turn_id(conv_id, raw["turn_id"])
+    number = raw["turn_id"]
+    if isinstance(number, bool) or not (isinstance(number, int) or (isinstance(number, str) and number.strip().isdigit())):
+        raise ApcirError(f"conversation {conv_id}: turn_id {number!r} is not a turn number (1, 2, ...)", path=path)
+    number = int(number)
+    turn_id = make_turn_id(conv_id, number)
+    utterance = raw[utterance_key]
+    if not isinstance(utterance, str):
+        raise ApcirError(f"turn {turn_id}: '{utterance_key}' must be text, found {type(utterance).__name__}", path=path)
     if schema == "2023":
-        ptkb_ids = [str(i) for i in raw.get("ptkb_provenance", [])]
-        provenance = [str(p) for p in raw.get("response_provenance", [])]
+        ptkb_ids = [str(i) for i in _list(raw.get("ptkb_provenance"), f"turn {turn_id}: ptkb_provenance", path)]
+        provenance = [str(p) for p in _list(raw.get("response_provenance"), f"turn {turn_id}: response_provenance",
+                                            path)]
     else:
-        ptkb_ids = [_ptkb_id_of_text(t, ptkb, turn_id, path) for t in raw.get("relevant_ptkbs", [])]
-        provenance = [str(p) for p in raw.get("citations", [])]
+        ptkb_ids = [_ptkb_id_of_text(t, ptkb, turn_id, path)
+                    for t in _list(raw.get("relevant_ptkbs"), f"turn {turn_id}: relevant_ptkbs", path)]
+        provenance = [str(p) for p in _list(raw.get("citations"), f"turn {turn_id}: citations", path)]
     unknown = [i for i in ptkb_ids if i not in ptkb]
     if unknown:
         raise ApcirError(f"turn {turn_id}: PTKB provenance {unknown} not in the profile", path=path)
     return Turn(
         turn_id=turn_id,
         conversation_id=conv_id,
-        turn_number=int(raw["turn_id"]),
+        turn_number=number,
         title=title,
-        utterance=str(raw[utterance_key]),
-        manual_rewrite=str(raw.get("resolved_utterance", "")),
-        response=str(raw.get("response", "")),
+        utterance=utterance,
+        manual_rewrite=_text(raw.get("resolved_utterance"), f"turn {turn_id}: resolved_utterance", path),
+        response=_text(raw.get("response"), f"turn {turn_id}: response", path),
         ptkb=ptkb,
         ptkb_provenance=ptkb_ids,
         response_provenance=provenance,
@@ -101,16 +138,37 @@ def _turn(
     )
 
 
+def _text(value: Any, what: str, path: Path) -> str:
+    """An optional text field: missing or null is empty; anything but text is an error."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ApcirError(f"{what} must be text, found {type(value).__name__}", path=path)
+    return value
+
+
+def _list(value: Any, what: str, path: Path) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ApcirError(f"{what} must be a list, found {type(value).__name__}", path=path)
+    return value
+
+
 def _ptkb_from_mapping(raw: Any, conv_id: str, path: Path) -> dict[str, str]:
+    if raw is None:
+        return {}
     if not isinstance(raw, dict):
         raise ApcirError(f"conversation {conv_id}: 'ptkb' should be an object id -> statement", path=path)
-    return {str(k): str(v) for k, v in raw.items()}
+    return {str(k).strip(): _text(v, f"conversation {conv_id}: PTKB statement {k}", path) for k, v in raw.items()}
 
 
 def _ptkb_from_list(raw: Any, conv_id: str, path: Path) -> dict[str, str]:
+    if raw is None:
+        return {}
     if not isinstance(raw, list):
         raise ApcirError(f"conversation {conv_id}: 'ptkb' should be a list of statements", path=path)
-    return {str(i): str(v) for i, v in enumerate(raw, start=1)}
+    return {str(i): _text(v, f"conversation {conv_id}: PTKB statement {i}", path) for i, v in enumerate(raw, start=1)}
 
 
 def _ptkb_id_of_text(text: str, ptkb: dict[str, str], turn_id: str, path: Path) -> str:

@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 from apcir.evaluation.results import GROUPS, RunMetrics
+from apcir.io import atomic_write, write_text
 from apcir.metrics.significance import Comparison, paired_t_tests
 
 LEVEL_NAMES = {"a": "a (none)", "b": "b (bonus)", "c": "c (indispensable)"}
@@ -127,7 +128,8 @@ def plot_levels(runs: list[RunMetrics], out: Path, measure: str = "nDCG@3") -> l
         fig.suptitle(run.name)
         fig.tight_layout()
         path = out / (re.sub(r"[^A-Za-z0-9._-]+", "_", run.name).strip("_") + "-levels.png")
-        fig.savefig(path, dpi=110)
+        with atomic_write(path, "wb") as handle:
+            fig.savefig(handle, dpi=110, format="png")
         plt.close(fig)
         written.append(path)
     return written
@@ -159,5 +161,5 @@ def write_report(runs: list[RunMetrics], out: Path, baseline: str | None = None)
     for path in plot_levels(runs, out):
         parts += [f"![{path.stem}]({path.name})", ""]
     report = out / "report.md"
-    report.write_text("\n".join(parts), encoding="utf-8")
+    write_text(report, "\n".join(parts))
     return report

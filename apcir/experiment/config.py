@@ -86,5 +86,6 @@ def validate_config(data: dict[str, object], path: Path | None = None) -> Experi
     try:
         return ExperimentConfig.model_validate(data)
     except ValidationError as exc:
-        lines = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        lines = [f"{'.'.join(str(p) for p in e['loc'])}: {str(e['msg']).removeprefix('Value error, ')}"
+                 for e in exc.errors()]
         raise ApcirError("invalid config: " + "; ".join(lines), path=path) from None

@@ -44,12 +44,12 @@ from apcir.contract.reformulations import (
 )
 from apcir.contract.runs import load_run, ranking, write_run
 from apcir.contract.weights import WeightsFile, load_weights
-from apcir.errors import ApcirError
+from apcir.errors import ApcirError, set_crash_log_dir
 from apcir.evaluation.results import RunMetrics, read_metrics, write_metrics
 from apcir.experiment.config import ExperimentConfig
 from apcir.experiment.environment import environment, record_index
 from apcir.experiment.ledger import StageLedger, StageOutcome
-from apcir.io import read_json, write_json
+from apcir.io import exclusive, read_json, write_json
 from apcir.reformulate.options import ReformulatorOptions
 from apcir.reformulate.stage import reformulate, stage_identity
 
@@ -292,7 +292,7 @@ class Experiment:
             inputs_ = SubmissionInputs(run=fused, turns=turns, run_name=cfg.name, run_type=cfg.export.run_type,
                                        team_id=cfg.export.team_id, reformulations=records, passages=passages,
                                        mode=cfg.export.text, used_top=used_top)
-            write_submission(inputs_, cfg.export.format, out)
+            write_submission(inputs_, cfg.export.format, out, allow_missing_text=cfg.export.allow_missing_text)
             return f"{cfg.export.format} submission of {len(turns)} turns"
 
         self.stage("export", inputs, [out], work)
@@ -328,9 +328,24 @@ class Experiment:
             self.report.metrics = read_metrics(self.run_dir)
 
 
+LOCK_FILE = ".apcir.lock"
+
+
 def run_experiment(config: ExperimentConfig, console: Console | None = None, progress: bool = True) -> RunReport:
-    """Run (or resume, or confirm) every stage of ``config``; see the module docstring for outputs."""
-    console = console or Console()
+    """Run (or resume, or confirm) every stage of ``config``; see the module docstring for outputs.
+
+    One ``apcir run`` at a time per run directory: a second one fails at once,
+    naming the first. An internal error's traceback goes to ``error.log`` there.
+    """
+    with exclusive(config.run_dir / LOCK_FILE, f"run directory {config.run_dir}"):
+        set_crash_log_dir(config.run_dir)
+        try:
+            return _run(config, console or Console(), progress)
+        finally:
+            set_crash_log_dir(None)
+
+
+def _run(config: ExperimentConfig, console: Console, progress: bool) -> RunReport:
     exp = Experiment(config, console, progress)
     run_dir = exp.run_dir
     started = time.perf_counter()

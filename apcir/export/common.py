@@ -9,6 +9,7 @@ other, then to the rewrite.
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from collections.abc import Mapping
@@ -21,6 +22,7 @@ from apcir.contract.records import Run, Turn
 from apcir.contract.reformulations import ReformulationRecord
 from apcir.contract.runs import ranking
 from apcir.errors import ApcirError
+from apcir.ids import canonical_turn_id
 
 CLUEWEB_ID = re.compile(r"^clueweb22-en\d{4}-\d{2}-\d{5}:\d+$")
 MAX_PROVENANCE = 1000
@@ -61,7 +63,7 @@ def response_text(
             return text.strip()
     if record is not None and record.output is not None and record.output.rewrite.strip():
         return record.output.rewrite.strip()
-    raise ApcirError(f"turn {turn_id}: no response text (no pseudo-response, no passage text, no rewrite)")
+    return ""  # nothing to say: `apcir validate` flags the empty text
 
 
 def submitted_hits(run: Run, turn_id: str, depth: int) -> list[tuple[str, float]]:
@@ -86,6 +88,28 @@ def ptkb_used(turn: Turn, record: ReformulationRecord | None) -> list[str]:
 
 
 # ---- checks shared by the formats ----------------------------------------------------------------
+def submitted_turn_id(raw: Any) -> str:
+    """A submission's turn id in apcir's form (``9-1_3``; ``9-1-3`` is accepted), or as written if it is neither."""
+    try:
+        return canonical_turn_id(str(raw))
+    except ApcirError:
+        return str(raw)
+
+
+def score_problems(scores: list[Any], at: str, what: str) -> list[str]:
+    """Scores must be finite numbers, non-increasing in the order given (one problem per break, not per item)."""
+    problems = []
+    previous = float("inf")
+    for position, score in enumerate(scores, start=1):
+        if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+            problems.append(f"{at}: {what} #{position} score {score!r} is not a finite number")
+            continue
+        if score > previous:
+            problems.append(f"{at}: {what} #{position} score {score} is higher than the one before ({previous})")
+        previous = float(score)
+    return problems
+
+
 def coverage_problems(submitted: list[str], turns: list[Turn]) -> list[str]:
     """Repeated turns, turns not in the topics, and topic turns missing, per conversation."""
     problems = []

@@ -22,6 +22,10 @@ class FormatSpec:
     year: int
     build: str
     check: str
+    run_types: tuple[str, ...]
+    """The run types the organisers' validator accepts."""
+    passage_text: bool
+    """Whether the responses' provenance carries passage texts (so a missing text is an incomplete submission)."""
 
     def call(self, which: Literal["build", "check"], *args: Any) -> Any:
         module, _, function = getattr(self, which).partition(":")
@@ -30,9 +34,12 @@ class FormatSpec:
 
 FORMATS: Registry[FormatSpec] = Registry("submission format")
 FORMATS.add(FormatSpec("ikat23", "iKAT 2023 JSON: PTKB provenance as {id, text, score}, no 'used'", ".json", 2023,
-                       build="apcir.export.ikat_json:build_2023", check="apcir.export.ikat_json:check_2023"))
+                       build="apcir.export.ikat_json:build_2023", check="apcir.export.ikat_json:check_2023",
+                       run_types=("automatic", "manual"), passage_text=True))
 FORMATS.add(FormatSpec("ikat24", "iKAT 2024 JSON: PTKB provenance as ids, passage provenance {id, text, score, used}",
                        ".json", 2024, build="apcir.export.ikat_json:build_2024",
-                       check="apcir.export.ikat_json:check_2024"))
+                       check="apcir.export.ikat_json:check_2024",
+                       run_types=("automatic", "manual", "only_response", "generation-only"), passage_text=True))
 FORMATS.add(FormatSpec("ikat25", "iKAT 2025 JSONL: references, responses with citations", ".jsonl", 2025,
-                       build="apcir.export.ikat2025:build", check="apcir.export.ikat2025:check"))
+                       build="apcir.export.ikat2025:build", check="apcir.export.ikat2025:check",
+                       run_types=("automatic", "manual", "generation-only"), passage_text=False))

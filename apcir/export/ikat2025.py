@@ -18,11 +18,12 @@ from apcir.export.common import (
     ptkb_problems,
     ptkb_used,
     response_text,
+    score_problems,
     submitted_hits,
+    submitted_turn_id,
 )
+from apcir.export.formats import FORMATS
 from apcir.io import iter_lines
-
-RUN_TYPES = {"manual", "automatic", "generation-only"}
 
 
 def build(inputs: SubmissionInputs) -> list[dict[str, Any]]:
@@ -60,7 +61,7 @@ def check(path: Path, turns: list[Turn]) -> list[str]:
             entries.append((number, entry))
         else:
             problems.append(f"line {number}: not a JSON object")
-    submitted = [str(e.get("turn_id", "")) for _, e in entries]
+    submitted = [submitted_turn_id(e.get("turn_id", "")) for _, e in entries]
     for number, entry in entries:
         problems.extend(_check_entry(entry, number, by_id))
     return coverage_problems(submitted, turns) + problems
@@ -76,8 +77,9 @@ def _check_entry(entry: dict[str, Any], line: int, by_id: dict[str, Turn]) -> li
         missing = {"team_id", "run_id", "run_type"} - set(metadata)
         if missing:
             problems.append(f"{at}: metadata lacks {sorted(missing)}")
-        if metadata.get("run_type") not in RUN_TYPES:
-            problems.append(f"{at}: run_type {metadata.get('run_type')!r} is not manual, automatic or generation-only")
+        run_types = FORMATS.get("ikat25").run_types
+        if metadata.get("run_type") not in run_types:
+            problems.append(f"{at}: run_type {metadata.get('run_type')!r} is not one of {', '.join(run_types)}")
     references = entry.get("references")
     if not isinstance(references, dict):
         return [*problems, f"{at}: references must be an object passage id -> score"]
@@ -86,10 +88,11 @@ def _check_entry(entry: dict[str, Any], line: int, by_id: dict[str, Turn]) -> li
     for pid in references:
         if not CLUEWEB_ID.match(pid):
             problems.append(f"{at}: reference {pid!r} is not of the form clueweb22-enXXXX-XX-XXXXX:N")
+    problems += score_problems(list(references.values()), at, "reference")
     responses = entry.get("responses")
     if not isinstance(responses, list) or not responses:
         return [*problems, f"{at}: no responses"]
-    topic = by_id.get(str(entry.get("turn_id", "")))
+    topic = by_id.get(submitted_turn_id(entry.get("turn_id", "")))
     for index, response in enumerate(responses, start=1):
         where = f"{at}, response {index}"
         if not isinstance(response, dict):

@@ -25,11 +25,12 @@ from apcir.export.common import (
     ptkb_problems,
     ptkb_used,
     response_text,
+    score_problems,
     submitted_hits,
+    submitted_turn_id,
 )
+from apcir.export.formats import FORMATS
 from apcir.io import read_json
-
-RUN_TYPES = {"automatic", "manual", "only_response", "generation-only"}
 
 
 def _build(inputs: SubmissionInputs, year: int) -> dict[str, Any]:
@@ -75,12 +76,13 @@ def _check(path: Path, turns: list[Turn], year: int) -> list[str]:
         return ["the file is not a JSON object with run_name, run_type and turns"]
     if not str(data.get("run_name", "")).strip():
         problems.append("run_name is missing or empty")
-    if data.get("run_type") not in RUN_TYPES:
-        problems.append(f"run_type {data.get('run_type')!r} is not one of {sorted(RUN_TYPES)}")
+    run_types = FORMATS.get(f"ikat{year % 100}").run_types
+    if data.get("run_type") not in run_types:
+        problems.append(f"run_type {data.get('run_type')!r} is not one of {', '.join(run_types)}")
     raw_turns = data.get("turns")
     if not isinstance(raw_turns, list) or not raw_turns:
         return [*problems, "turns is missing or empty"]
-    submitted = [str(t.get("turn_id", "")) if isinstance(t, dict) else "" for t in raw_turns]
+    submitted = [submitted_turn_id(t.get("turn_id", "")) if isinstance(t, dict) else "" for t in raw_turns]
     for raw in raw_turns:
         problems.extend(_check_turn(raw, by_id, year))
     return coverage_problems(submitted, turns) + problems
@@ -97,7 +99,7 @@ def check_2024(path: Path, turns: list[Turn]) -> list[str]:
 def _check_turn(raw: Any, by_id: dict[str, Turn], year: int) -> list[str]:
     if not isinstance(raw, dict):
         return ["a turn entry is not an object"]
-    turn_id = str(raw.get("turn_id", ""))
+    turn_id = submitted_turn_id(raw.get("turn_id", ""))
     topic = by_id.get(turn_id)
     where = f"turn {turn_id}"
     responses = raw.get("responses")
@@ -130,7 +132,6 @@ def _check_provenance(items: Any, at: str, year: int) -> list[str]:
     problems = []
     if len(items) > MAX_PROVENANCE:
         problems.append(f"{at}: {len(items)} provenance passages, at most {MAX_PROVENANCE} allowed")
-    previous = float("inf")
     for position, item in enumerate(items, start=1):
         if not isinstance(item, dict):
             problems.append(f"{at}: provenance #{position} is not an object")
@@ -138,13 +139,10 @@ def _check_provenance(items: Any, at: str, year: int) -> list[str]:
         pid = item.get("id")
         if not isinstance(pid, str) or not CLUEWEB_ID.match(pid):
             problems.append(f"{at}: provenance #{position} id {pid!r} is not of the form clueweb22-enXXXX-XX-XXXXX:N")
-        score = item.get("score")
-        if not isinstance(score, (int, float)):
-            problems.append(f"{at}: provenance #{position} score {score!r} is not a number")
-        elif score > previous:
-            problems.append(f"{at}: provenance #{position} score {score} is higher than the one before ({previous})")
-        else:
-            previous = float(score)
+    problems += score_problems([i.get("score") if isinstance(i, dict) else None for i in items], at, "provenance")
     if year == 2024 and not any(isinstance(i, dict) and i.get("used") is True for i in items):
         problems.append(f"{at}: no passage marked used")
+    for position, item in enumerate(items, start=1):
+        if isinstance(item, dict) and item.get("used") is True and not str(item.get("text") or "").strip():
+            problems.append(f"{at}: provenance #{position} ({item.get('id')}) is used but has no text")
     return problems

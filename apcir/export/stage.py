@@ -8,9 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from apcir.console import warn
 from apcir.contract.records import Turn
 from apcir.errors import ApcirError
-from apcir.export.common import SubmissionInputs
+from apcir.export.common import SubmissionInputs, submitted_hits
 from apcir.export.formats import FORMATS
 from apcir.io import read_json, read_text, write_json, write_jsonl
 
@@ -31,8 +32,45 @@ def save_submission(data: Submission, out: Path) -> Path:
     return out
 
 
-def write_submission(inputs: SubmissionInputs, fmt: str, out: Path) -> Path:
-    """Build the submission in format ``fmt`` and write it atomically to ``out``."""
+def check_inputs(inputs: SubmissionInputs, fmt: str, *, allow_missing_text: bool = False) -> None:
+    """Refuse an incomplete submission, warn about what will not be in it (see :func:`write_submission`)."""
+    spec = FORMATS.get(fmt)
+    known = {t.turn_id for t in inputs.turns}
+    outside = sorted(set(inputs.run) - known)
+    if outside:
+        warn(f"{len(outside)} turn(s) of the run are not in the topics and are not exported: {_shown(outside)}")
+    if not inputs.reformulations:
+        warn("no reformulations given: responses fall back to the top passage's text and carry no PTKB provenance")
+    else:
+        lacking = sorted(t for t in known if t in inputs.run and t not in inputs.reformulations)
+        if lacking:
+            warn(f"{len(lacking)} turn(s) have no reformulation, so no PTKB provenance and no pseudo-response: "
+                 f"{_shown(lacking)}")
+    if spec.passage_text or inputs.mode == "passage":
+        cited = sorted({pid for t in known for pid, _ in submitted_hits(inputs.run, t, inputs.used_top)})
+        missing = [pid for pid in cited if not inputs.passages.get(pid, "").strip()]
+        if missing and not allow_missing_text:
+            raise ApcirError(
+                f"{len(missing)} of the {len(cited)} cited passages have no text in the given collection (e.g. "
+                f"{missing[0]}): the submission would be incomplete; give the collection that holds them "
+                "(--collection / retrieval.passages), or pass --allow-missing-text (export.allow_missing_text)"
+            )
+        if missing:
+            warn(f"{len(missing)} cited passage(s) have no text; `apcir validate` will flag them: {_shown(missing)}")
+
+
+def _shown(items: list[str]) -> str:
+    return ", ".join(items[:10]) + (" ..." if len(items) > 10 else "")
+
+
+def write_submission(inputs: SubmissionInputs, fmt: str, out: Path, *, allow_missing_text: bool = False) -> Path:
+    """Build the submission in format ``fmt`` and write it atomically to ``out``.
+
+    Refused when cited passages have no text (unless ``allow_missing_text``);
+    turns of the run outside the topics, and turns without a reformulation,
+    are named in a warning.
+    """
+    check_inputs(inputs, fmt, allow_missing_text=allow_missing_text)
     return save_submission(build_submission(inputs, fmt), out)
 
 
@@ -45,14 +83,18 @@ def detect_format(path: Path) -> str:
         return "ikat25"
     data = read_json(path, "submission")
     if isinstance(data, dict) and "turns" in data:
-        for turn in data.get("turns") or []:
-            for response in (turn.get("responses") or []) if isinstance(turn, dict) else []:
-                for item in (response.get("ptkb_provenance") or []) if isinstance(response, dict) else []:
+        for turn in _items(data.get("turns")):
+            for response in _items(turn.get("responses")) if isinstance(turn, dict) else []:
+                for item in _items(response.get("ptkb_provenance")) if isinstance(response, dict) else []:
                     return "ikat23" if isinstance(item, dict) else "ikat24"
         return "ikat24"
     if isinstance(data, dict) and "references" in data:
         return "ikat25"
     raise ApcirError("not an iKAT submission: expected a JSON object with 'turns' or JSONL lines", path=path)
+
+
+def _items(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def validate_submission(path: Path, turns: list[Turn], fmt: str | None = None) -> list[str]:

@@ -101,8 +101,18 @@ def _retry_after(exc: Exception) -> float | None:
         return None
 
 
+class UnreadableAnswer(Exception):
+    """An HTTP 200 whose body is not a chat completion (a proxy's error page, a truncated body)."""
+
+
 class ChatClient:
-    """Sends chat requests with bounded concurrency, retries and structured-output fallback."""
+    """Sends chat requests with bounded concurrency, retries and structured-output fallback.
+
+    A 429 pauses **every** request of this client for the server's
+    ``Retry-After`` (or the backoff delay), not only the one that got it; a 200
+    whose body is not a chat completion is retried like a 5xx; an answer longer
+    than ``max_answer_bytes`` fails its item without being retried.
+    """
 
     def __init__(
         self,
@@ -115,6 +125,7 @@ class ChatClient:
         retry: RetryPolicy | None = None,
         structured: StructuredMode = "auto",
         accounting: Accounting | None = None,
+        max_answer_bytes: int = 32_000,
     ):
         if concurrency < 1:
             raise ApcirError(f"concurrency must be at least 1, got {concurrency}")
@@ -128,8 +139,10 @@ class ChatClient:
         self.retry = retry or RetryPolicy()
         self.accounting = accounting or Accounting()
         self.mode: str = "json_schema" if structured == "auto" else structured
+        self.max_answer_bytes = max_answer_bytes
         self._auto = structured == "auto"
         self._semaphore = asyncio.Semaphore(concurrency)
+        self._paused_until = 0.0
         key = resolve_api_key(api_key, base_url)
         self._scrub_key = key
         self._client = AsyncOpenAI(
@@ -154,6 +167,16 @@ class ChatClient:
             return {"type": "json_object"}
         return None
 
+    async def _wait_while_paused(self) -> None:
+        """Hold a request while a 429 has paused this server (shared by every request in flight)."""
+        loop = asyncio.get_running_loop()
+        while (wait := self._paused_until - loop.time()) > 0:
+            await asyncio.sleep(wait)
+
+    def _pause(self, seconds: float) -> None:
+        loop = asyncio.get_running_loop()
+        self._paused_until = max(self._paused_until, loop.time() + seconds)
+
     async def complete(
         self,
         messages: list[dict[str, str]],
@@ -169,23 +192,29 @@ class ChatClient:
         total = 0.0
         while True:
             async with self._semaphore:
-                mode = (
-                    self.mode
-                )  # read inside the slot: a fallback decided meanwhile applies at once
+                await self._wait_while_paused()
+                mode = self.mode  # read inside the slot: a fallback decided meanwhile applies at once
                 kwargs: dict[str, Any] = dict(params)
                 response_format = self._response_format(mode, schema, schema_name)
                 if response_format is not None:
                     kwargs["response_format"] = response_format
                 started = time.perf_counter()
+                error: Exception | None = None
                 try:
                     response = await self._client.chat.completions.create(
                         model=self.model,
                         messages=cast(Any, messages),
                         **kwargs,
                     )
-                    error: Exception | None = None
+                    if not isinstance(getattr(response, "choices", None), list):
+                        error = UnreadableAnswer(
+                            "the server answered 200 with a body that is not a chat completion "
+                            f"({_snippet(response)})"
+                        )
                 except openai.APIError as exc:
                     error = exc
+                except (ValueError, TypeError, AttributeError, KeyError) as exc:  # a body the client cannot read
+                    error = UnreadableAnswer(f"the server's answer could not be read ({type(exc).__name__}: {exc})")
                 seconds = time.perf_counter() - started
             requests += 1
             total += seconds
@@ -196,13 +225,23 @@ class ChatClient:
                 self.accounting.request(self.model, seconds, input_tokens, output_tokens)
                 choice = response.choices[0] if response.choices else None
                 content = (choice.message.content if choice is not None else None) or ""
+                size = len(content.encode("utf-8"))
+                if size > self.max_answer_bytes:
+                    raise LLMRequestError(
+                        f"the answer has {size:,} bytes, over the cap of {self.max_answer_bytes:,} "
+                        "(max_answer_bytes); it was not kept"
+                    )
                 return Completion(content, input_tokens, output_tokens, requests, total)
             self.accounting.failed_request(self.model, seconds)
             if self._should_fall_back(error, mode):
                 continue
             if self._retryable(error) and attempt < self.retry.max_retries:
                 self.accounting.retry(self.model)
-                await asyncio.sleep(self.retry.delay(attempt, _retry_after(error)))
+                delay = self.retry.delay(attempt, _retry_after(error))
+                if isinstance(error, openai.RateLimitError):
+                    self._pause(delay)  # every request to this server waits, not only this one
+                else:
+                    await asyncio.sleep(delay)
                 attempt += 1
                 continue
             raise self._final_error(error, attempt)
@@ -227,6 +266,8 @@ class ChatClient:
     def _retryable(error: Exception) -> bool:
         import openai
 
+        if isinstance(error, UnreadableAnswer):
+            return True
         if isinstance(error, openai.APIConnectionError):  # includes APITimeoutError
             return True
         if isinstance(error, openai.APIStatusError):
@@ -239,6 +280,7 @@ class ChatClient:
         def _short(exc: Exception) -> str:
             return _scrub(_short_text(exc), self._scrub_key)
 
+        tries = f" after {attempt} retries" if attempt else ""
         if isinstance(error, (openai.AuthenticationError, openai.PermissionDeniedError)):
             return LLMAuthError(
                 f"the server refused the API key (HTTP {error.status_code}: {_short(error)}); check "
@@ -249,10 +291,15 @@ class ChatClient:
                 f"HTTP 404 for model {self.model!r} ({_short(error)}); check --llm and --base-url"
             )
         if isinstance(error, openai.APIStatusError):
-            tries = f" after {attempt} retries" if attempt else ""
             return LLMRequestError(f"HTTP {error.status_code}{tries}: {_short(error)}")
-        tries = f" after {attempt} retries" if attempt else ""
+        if isinstance(error, UnreadableAnswer):
+            return LLMRequestError(f"unreadable answer{tries}: {_short(error)}")
         return LLMRequestError(f"{type(error).__name__}{tries}: {_short(error)}")
+
+
+def _snippet(value: Any, limit: int = 120) -> str:
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 _KEY_LIKE = re.compile(r"\b(sk|key)-[A-Za-z0-9_*\-]{4,}")

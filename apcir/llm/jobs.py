@@ -135,6 +135,7 @@ async def _ask_misses(
         base_url=settings.resolved_base_url(),
         api_key=settings.api_key(),
         concurrency=settings.concurrency,
+        max_answer_bytes=settings.max_answer_bytes,
         timeout=settings.timeout,
         retry=settings.retry_policy(),
         structured=settings.structured,

@@ -32,6 +32,7 @@ class LLMSettings(BaseModel):
     structured: StructuredMode = Field("auto", description="structured output: auto, json_schema, json_object, none")
     temperature: float | None = Field(0.0, description="sampling temperature (None: the server's default)")
     max_tokens: int | None = Field(1024, ge=1, description="answer length limit in tokens (None: no limit)")
+    max_answer_bytes: int = Field(32_000, ge=1, description="an answer longer than this fails its item (not kept)")
     cache_dir: str | None = Field(None, description="answer cache; default APCIR_CACHE_DIR or ~/.cache/apcir/llm")
     no_cache: bool = Field(False, description="neither read nor write the answer cache")
     prices: str | None = Field(None, description='JSON price file {"model": {"input": $/1M, "output": $/1M}}')

@@ -17,6 +17,7 @@ import pytrec_eval
 from pydantic import BaseModel
 
 from apcir.contract.records import Qrels, Run
+from apcir.errors import ApcirError
 from apcir.metrics.measures import Measure, parse_measures, pytrec_eval_spec
 
 
@@ -42,6 +43,15 @@ def evaluate(
 ) -> Evaluation:
     """trec_eval's numbers for ``run``; see the module docstring for averaging."""
     chosen = _measures(measures)
+    if not complete and not run:
+        raise ApcirError("the run is empty: trec_eval has nothing to average (with --complete / "
+                         "evaluation.complete every judged turn counts 0)")
+    if not complete and not any(turn in qrels for turn in run):
+        raise ApcirError(
+            f"no turn of the run ({len(run)} turns) is judged in the qrels ({len(qrels)} judged turns): trec_eval "
+            "has nothing to average; check that the qrels belong to these topics (with --complete / "
+            "evaluation.complete every judged turn counts 0)"
+        )
     evaluator = pytrec_eval.RelevanceEvaluator(
         qrels, pytrec_eval_spec(chosen), relevance_level=int(rel_threshold)
     )

@@ -418,6 +418,9 @@ def offline_record(turn: Turn, model: str) -> ReformulationRecord:
         output, version = heuristic_output(turn), HEURISTIC_VERSION
     else:
         raise ValueError(f"not an offline reformulator: {model!r}")
+    if not turn.utterance.strip() or not output.rewrite.strip():
+        return ReformulationRecord(turn_id=turn.turn_id, model=model, prompt_hash=version, status="failed",
+                                   error="the utterance is empty: nothing to reformulate")
     return ReformulationRecord(
         turn_id=turn.turn_id,
         model=model,

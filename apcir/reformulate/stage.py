@@ -27,7 +27,7 @@ from apcir.console import warn
 from apcir.contract.records import Turn
 from apcir.contract.reformulations import LEVELS, ReformulationRecord
 from apcir.errors import ApcirError
-from apcir.io import read_bytes, write_json
+from apcir.io import exclusive, read_bytes, write_json
 from apcir.llm.accounting import ModelUsage
 from apcir.reformulate.chat import public_url
 from apcir.reformulate.options import ReformulatorOptions
@@ -127,13 +127,20 @@ def reformulate(
     :class:`~apcir.llm.client.LLMFatalError` (a subclass) when the server
     refuses the key or the model; records finished before that stay in ``out``.
     """
+    out = Path(out)
+    with exclusive(out.parent / f".{out.name}.lock", f"reformulations file {out}"):
+        return _reformulate(turns, options, out, refresh=refresh, progress=progress)
+
+
+def _reformulate(
+    turns: list[Turn], options: ReformulatorOptions, out: Path, *, refresh: bool, progress: bool
+) -> ReformulateSummary:
     started = time.perf_counter()
     spec = reformulator_for(options.llm)
     unique: dict[str, Turn] = {}
     for turn in turns:
         unique.setdefault(turn.turn_id, turn)
     turns = list(unique.values())
-    out = Path(out)
     if refresh and out.exists():
         out.unlink()
     existing = read_existing(out)

@@ -31,6 +31,7 @@ from pydantic import BaseModel
 
 from apcir import __version__
 from apcir.console import progress as progress_bar
+from apcir.console import warn
 from apcir.contract.records import Passage
 from apcir.datasets.collection import _passage as passage_from_record
 from apcir.datasets.registry import collection_path
@@ -125,6 +126,8 @@ def build_index(
     path = collection_path(collection)
     name = str(collection)
     shard_spec = parse_shard(shard)
+    if path.stat().st_size == 0:
+        raise ApcirError("the collection is empty: no passage to index", path=path)
     if spec.encoder is None and shard_spec is not None:
         raise ApcirError(f"--shard splits the encoding of passages; a {backend} index is built in one go")
     model = None
@@ -233,8 +236,12 @@ def _fail(message: str, path: Path, line: int | None, where: str) -> NoReturn:
 
 def _parse_line(raw: bytes, path: Path, line: int | None, where: str) -> Passage:
     try:
-        record: Any = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        _fail(f"not UTF-8 text (byte {raw[exc.start:exc.start + 1]!r})", path, line, where)
+    try:
+        record: Any = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
         _fail(f"malformed JSON ({exc})", path, line, where)
     if not isinstance(record, dict):
         _fail(f"expected a JSON object, found {type(record).__name__}", path, line, where)
@@ -250,7 +257,18 @@ def _parse_line(raw: bytes, path: Path, line: int | None, where: str) -> Passage
 
 
 def count_shard(path: Path, index: int, shards: int) -> int:
-    return sum(1 for _ in iter_shard(path, index, shards))
+    """Passages in a shard; validates every line, and warns about passages with an empty text."""
+    total = empty = 0
+    first_empty = ""
+    for where, passage in iter_shard(path, index, shards):
+        total += 1
+        if not passage.contents.strip():
+            empty += 1
+            first_empty = first_empty or f"{passage.id} ({where})"
+    if empty:
+        warn(f"{path}: {empty} passage(s) have an empty text (first: {first_empty}); they are indexed but "
+             "match no query")
+    return total
 
 
 # ---- SPLADE: plan, shards, merge ---------------------------------------------------------------
@@ -409,6 +427,9 @@ def _merge(out: Path, plan: BuildPlan, encoder: SpladeEncoder, spec: BackendSpec
             yield chunk_ids, matrix
 
     facts = spec.call("build", out, chunks(), encoder, threads=threads, work=work)
+    if not ids:
+        raise ApcirError("the collection holds no passage (only blank lines?): nothing was indexed",
+                         path=plan.collection.path)
     check_unique(ids)
     manifest = IndexManifest(
         backend=spec.name,
@@ -435,7 +456,10 @@ def _build_from_texts(spec: BackendSpec, path: Path, name: str, out: Path, threa
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
+    count_shard(path, 0, 1)  # validates every line and warns about empty texts
     facts = spec.call("build", out, (p for _, p in iter_shard(path, 0, 1)), threads=threads, work=work)
+    if not facts.get("passages"):
+        raise ApcirError("the collection holds no passage (only blank lines?): nothing was indexed", path=path)
     manifest = IndexManifest(
         backend=spec.name,
         collection=CollectionInfo.of(name, path),

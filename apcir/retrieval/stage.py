@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from apcir.console import warn
 from apcir.contract.records import Run
 from apcir.contract.reformulations import QueryInput, ReformulationRecord
 from apcir.contract.runs import write_run
@@ -61,6 +62,16 @@ def retrieve_lists(
     """
     runs: dict[str, Run] = {}
     for field, field_queries in queries.items():
-        runs[field] = backend.search(field_queries, k, progress=progress)
+        empty = sorted(turn for turn, query in field_queries.items() if not _text_of(query).strip())
+        if empty:
+            shown = ", ".join(empty[:10]) + (" ..." if len(empty) > 10 else "")
+            warn(f"{field}: {len(empty)} turn(s) have an empty query and get no passages: {shown}")
+        asked = {turn: query for turn, query in field_queries.items() if turn not in set(empty)}
+        runs[field] = backend.search(asked, k, progress=progress) if asked else {}
+        runs[field].update({turn: {} for turn in empty})
         write_run(runs[field], outs[field], tag=tags[field], depth=k)
     return runs
+
+
+def _text_of(query: QueryInput) -> str:
+    return query if isinstance(query, str) else f"{query[0]} {query[1] or ''}"

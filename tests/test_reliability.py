@@ -1,0 +1,492 @@
+"""No traceback, no silent acceptance, one writer per run directory: one test per class of fault.
+
+Every user error exits 2 with one line naming the file, line or turn; failed
+turns exit 1; an internal error prints one line and where its traceback went.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from fake_openai import FakeOpenAI, Reply
+
+from apcir import datasets
+from apcir.contract.runs import write_run
+
+ROOT = Path(__file__).resolve().parent.parent
+PID = "clueweb22-en0000-00-00000:0"
+
+
+def one_line_error(code: int, err: str, expected: str, status: int = 2) -> None:
+    assert code == status, err
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and expected in lines[0], err
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "APCIR_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+
+
+# ---- 1. usage errors -------------------------------------------------------------------------------
+COMMANDS = ["run", "datasets", "reformulate", "prompt", "retrieve", "tune", "fuse", "baseline", "export", "validate",
+            "evaluate", "report", "index build", "index info"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_an_unknown_option_is_one_line(run_cli, command):
+    code, _, err = run_cli(*command.split(), "--no-such-option")
+    one_line_error(code, err, "No such option: --no-such-option")
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["nope"], "No such command 'nope'"),
+    (["evaluate"], "Missing argument"),
+    (["reformulate", "--topics", "ikat23-test", "--out", "x.jsonl"], "Missing option '--llm'"),
+    (["reformulate", "--topics", "ikat23-test", "--llm", "m", "--out", "x.jsonl", "--concurrency", "0"],
+     "--concurrency"),
+    (["retrieve", "--index", "x", "--queries"], "requires an argument"),
+    (["evaluate", "r.run", "--qrels", "ikat23-test", "--rel-threshold", "zero"], "--rel-threshold"),
+])
+def test_usage_errors_are_one_line(run_cli, args, expected):
+    code, _, err = run_cli(*args)
+    one_line_error(code, err, expected)
+
+
+# ---- 2. bytes that are not UTF-8 -------------------------------------------------------------------
+BAD = b"\xff\xfe bad bytes\n"
+
+
+@pytest.mark.parametrize("kind", ["qrels", "run", "queries", "submission", "config", "levels", "topics", "weights",
+                                  "collection"])
+def test_non_utf8_input_names_the_file(run_cli, tmp_path, kind):
+    good_run = tmp_path / "good.run"
+    write_run({"10-1_1": {PID: 1.0}}, good_run)
+    path = tmp_path / {"config": "bad.toml", "submission": "bad.json", "weights": "w.json",
+                       "collection": "c.jsonl", "topics": "t.json"}.get(kind, f"bad.{kind}")
+    path.write_bytes(b"10-1_1 Q0 x 1 1.0 t\n" + BAD if kind == "run" else BAD)
+    args = {
+        "qrels": ["evaluate", str(good_run), "--qrels", str(path)],
+        "run": ["evaluate", str(path), "--qrels", "ikat23-test"],
+        "queries": ["retrieve", "--index", str(tmp_path), "--queries", str(path), "--out", str(tmp_path / "o.run")],
+        "submission": ["validate", str(path), "--topics", "ikat23-test"],
+        "config": ["run", str(path)],
+        "levels": ["tune", "--runs", str(good_run), str(good_run), "--levels", str(path), "--qrels",
+                   "ikat23-test", "--out", str(tmp_path / "w.json")],
+        "topics": ["reformulate", "--topics", str(path), "--llm", "heuristic", "--out", str(tmp_path / "r.jsonl")],
+        "weights": ["fuse", "--runs", str(good_run), str(good_run), "--levels", str(tmp_path / "l.tsv"),
+                    "--weights", str(path), "--out", str(tmp_path / "f.run")],
+        "collection": ["index", "build", "--collection", str(path), "--backend", "lucene-bm25", "--out",
+                       str(tmp_path / "idx")],
+    }[kind]
+    code, _, err = run_cli(*args)
+    one_line_error(code, err, "UTF-8")
+    assert path.name in err
+
+
+# ---- 3. outputs that cannot be written -------------------------------------------------------------
+@pytest.fixture
+def fusion_files(tmp_path):
+    from test_fusion_data import random_case
+
+    from apcir.contract.levels import write_levels
+    from apcir.datasets import write_qrels
+
+    runs, qrels, levels = random_case(5, turns=8)
+    paths = []
+    for i, run in enumerate(runs):
+        paths.append(str(tmp_path / f"l{i}.run"))
+        write_run(run, Path(paths[-1]))
+    write_qrels(qrels, tmp_path / "qrels.txt")
+    write_levels(levels, tmp_path / "levels.tsv")
+    return tmp_path, paths
+
+
+def test_tune_refuses_an_unwritable_output_before_searching(run_cli, fusion_files):
+    tmp, paths = fusion_files
+    blocker = tmp / "a-file"
+    blocker.write_text("x")
+    code, out, err = run_cli("tune", "--runs", *paths, "--levels", str(tmp / "levels.tsv"), "--qrels",
+                             str(tmp / "qrels.txt"), "--step", "0.1", "--out", str(blocker / "weights.json"))
+    one_line_error(code, err, "cannot create the folder of the weights file")
+    assert "grid search" not in err and "TUNED ON TEST" not in out, "refused before the search"
+    code, _, err = run_cli("tune", "--runs", *paths, "--levels", str(tmp / "levels.tsv"), "--qrels",
+                           str(tmp / "qrels.txt"), "--step", "0.1", "--out", str(tmp))
+    one_line_error(code, err, "is a directory")
+
+
+def test_a_full_disk_keeps_the_tuned_weights_on_stdout(run_cli, fusion_files, monkeypatch):
+    import apcir.io
+
+    tmp, paths = fusion_files
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(apcir.io.os, "replace", full)
+    code, out, err = run_cli("tune", "--runs", *paths, "--levels", str(tmp / "levels.tsv"), "--qrels",
+                             str(tmp / "qrels.txt"), "--step", "0.1", "--out", str(tmp / "w.json"))
+    one_line_error(code, err, "No space left on device")
+    assert json.loads(out)["levels"]["a"]["weights"], "the search result is not lost"
+    assert not list(tmp.glob(".w.json.*")), "no temporary file left behind"
+
+
+@pytest.mark.parametrize("command", ["export", "fuse", "retrieve"])
+def test_a_directory_given_as_an_output_file(run_cli, fusion_files, command):
+    tmp, paths = fusion_files
+    outdir = tmp / "outdir"
+    outdir.mkdir()
+    args = {
+        "export": ["export", paths[0], "--topics", "ikat23-test", "--out", str(outdir)],
+        "fuse": ["fuse", "--runs", *paths, "--levels", str(tmp / "levels.tsv"), "--weights", str(tmp / "w.json"),
+                 "--out", str(outdir)],
+        "retrieve": ["retrieve", "--index", str(tmp), "--queries", str(tmp / "levels.tsv"), "--out", str(outdir)],
+    }[command]
+    if command == "retrieve":
+        (tmp / "q.tsv").write_text("10-1_1\tquery\n")
+        args[4] = str(tmp / "q.tsv")
+    code, _, err = run_cli(*args)
+    one_line_error(code, err, "is a directory")
+
+
+# ---- 4. malformed topics ---------------------------------------------------------------------------
+def topics_file(tmp_path: Path, turns: list[dict], extra: list[dict] | None = None) -> Path:
+    path = tmp_path / "topics.json"
+    conversations = [{"number": "1-1", "title": "t", "ptkb": {"1": "I like tea."}, "turns": turns}, *(extra or [])]
+    path.write_text(json.dumps(conversations))
+    return path
+
+
+@pytest.mark.parametrize("turns, extra, expected", [
+    ([{"turn_id": "two", "utterance": "hi"}], None, "turn_id 'two' is not a turn number"),
+    ([{"turn_id": 1, "utterance": "a"}, {"turn_id": 1, "utterance": "b"}], None, "turn 1 appears twice"),
+    ([{"turn_id": 1, "utterance": "a"}], [{"number": "1-1", "ptkb": {}, "turns": [{"turn_id": 2, "utterance": "b"}]}],
+     "conversation 1-1 appears twice"),
+    ([{"turn_id": 1, "utterance": None}], None, "'utterance' must be text, found NoneType"),
+    ([{"turn_id": 1, "utterance": "a", "ptkb_provenance": "1"}], None, "ptkb_provenance must be a list"),
+])
+def test_malformed_topics_are_refused(run_cli, tmp_path, turns, extra, expected):
+    path = topics_file(tmp_path, turns, extra)
+    code, _, err = run_cli("reformulate", "--topics", str(path), "--llm", "heuristic", "--out",
+                           str(tmp_path / "r.jsonl"))
+    one_line_error(code, err, expected)
+    assert "topics.json" in err
+
+
+def test_an_empty_utterance_is_warned_about_and_fails_its_turn(run_cli, tmp_path):
+    path = topics_file(tmp_path, [{"turn_id": 1, "utterance": "tea or coffee?"}, {"turn_id": 2, "utterance": "  "}])
+    out = tmp_path / "r.jsonl"
+    code, _, err = run_cli("reformulate", "--topics", str(path), "--llm", "heuristic", "--out", str(out))
+    assert code == 1, err
+    assert "1 turn(s) have an empty utterance: 1-1_2" in err
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["turn_id"], r["status"]) for r in records] == [("1-1_1", "ok"), ("1-1_2", "failed")]
+    assert "empty" in records[1]["error"]
+
+
+# ---- 5. weights ------------------------------------------------------------------------------------
+def weights_file(tmp_path: Path, levels: dict) -> Path:
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps({"step": 0.1, "divisions": 10, "objective": ["MRR"], "levels": levels}))
+    return path
+
+
+@pytest.mark.parametrize("vector, expected, code", [
+    ([0.0, 0.0, 0.0], "all weights are 0", 2),
+    (["NaN", 0.5, 0.5], "not all finite numbers", 2),
+    ([1.0, 0.5, 0.5], "sum to 2, not 1", 0),
+    ([-0.5, 1.0, 0.5], "negative weight", 0),
+])
+def test_weights_are_checked(run_cli, fusion_files, vector, expected, code):
+    tmp, paths = fusion_files
+    raw = [float(v) if v != "NaN" else float("nan") for v in vector]
+    path = weights_file(tmp, {lv: {"weights": raw} for lv in "abc"})
+    status, _, err = run_cli("fuse", "--runs", *paths, "--levels", str(tmp / "levels.tsv"), "--weights", str(path),
+                             "--out", str(tmp / "f.run"))
+    if code:
+        one_line_error(status, err, expected)
+    else:
+        assert status == 0 and f"warning: {path}: level a: " in err and expected in err
+        assert "nan" not in (tmp / "f.run").read_text()
+
+
+def test_weights_without_levels(run_cli, fusion_files):
+    tmp, paths = fusion_files
+    code, _, err = run_cli("fuse", "--runs", *paths, "--levels", str(tmp / "levels.tsv"), "--weights",
+                           str(weights_file(tmp, {})), "--out", str(tmp / "f.run"))
+    one_line_error(code, err, "no levels")
+
+
+# ---- 6. validate, in both directions ---------------------------------------------------------------
+@pytest.fixture(scope="module")
+def submission(tmp_path_factory):
+    from apcir.contract.reformulations import ReformulationOutput, ReformulationRecord
+    from apcir.export.common import SubmissionInputs
+    from apcir.export.stage import write_submission
+
+    tmp = tmp_path_factory.mktemp("sub")
+    turns = datasets.topics("ikat24-test")
+    ids = [f"clueweb22-en0000-00-{i:05d}:1" for i in range(40)]
+    run = {t.turn_id: {p: 40.0 - n for n, p in enumerate(ids)} for t in turns}
+    records = {t.turn_id: ReformulationRecord(turn_id=t.turn_id, model="m", output=ReformulationOutput(
+        reasoning="", level="a", rewrite="q", response="r", third_rewrite="q", third_response="r")) for t in turns}
+    path = tmp / "sub.json"
+    write_submission(SubmissionInputs(run=run, turns=turns, run_name="x", reformulations=records,
+                                      passages=dict.fromkeys(ids, "text")), "ikat24", path)
+    return path
+
+
+def edited(path: Path, tmp_path: Path, edit) -> Path:
+    data = json.loads(path.read_text())
+    edit(data)
+    out = tmp_path / "edited.json"
+    out.write_text(json.dumps(data))
+    return out
+
+
+def test_validate_flags_a_nan_score(run_cli, submission, tmp_path):
+    def nan(data):
+        data["turns"][0]["responses"][0]["passage_provenance"][3]["score"] = float("nan")
+
+    code, _, err = run_cli("validate", str(edited(submission, tmp_path, nan)), "--topics", "ikat24-test")
+    assert code == 1 and "score nan is not a finite number" in err
+
+
+def test_one_score_out_of_order_is_one_problem(run_cli, submission, tmp_path):
+    def bump(data):
+        data["turns"][0]["responses"][0]["passage_provenance"][1]["score"] = 1000.0
+
+    code, _, err = run_cli("validate", str(edited(submission, tmp_path, bump)), "--topics", "ikat24-test")
+    problems = [line for line in err.splitlines() if line.startswith("problem:")]
+    assert code == 1 and len(problems) == 1 and "higher than the one before" in problems[0], err
+
+
+def test_dashed_turn_ids_are_accepted(run_cli, submission, tmp_path):
+    def dashed(data):
+        for turn in data["turns"]:
+            conversation, _, number = turn["turn_id"].rpartition("_")
+            turn["turn_id"] = f"{conversation}-{number}"
+
+    code, out, err = run_cli("validate", str(edited(submission, tmp_path, dashed)), "--topics", "ikat24-test")
+    assert code == 0, err
+
+
+# ---- 7. export never writes an incomplete submission silently ---------------------------------------
+def test_export_refuses_missing_passage_texts(run_cli, tmp_path):
+    run = tmp_path / "r.run"
+    turn = datasets.topics("ikat23-test")[0].turn_id
+    write_run({turn: {PID: 1.0}}, run)
+    out = tmp_path / "s.json"
+    code, _, err = run_cli("export", str(run), "--topics", "ikat23-test", "--collection", "ikat23-provenance",
+                           "--out", str(out))
+    one_line_error(code, err, "have no text in the given collection")
+    assert not out.exists()
+    code, _, err = run_cli("export", str(run), "--topics", "ikat23-test", "--collection", "ikat23-provenance",
+                           "--out", str(out), "--allow-missing-text")
+    assert code == 0, err
+    code, _, err = run_cli("validate", str(out), "--topics", "ikat23-test")
+    assert code == 1 and "is used but has no text" in err
+
+
+def test_export_names_what_it_leaves_out(run_cli, tmp_path):
+    turns = datasets.topics("ikat23-test")
+    passages = [p.id for p, _ in zip(datasets.iter_collection(datasets.collection_path("ikat23-provenance")),
+                                     range(5))]
+    run = tmp_path / "r.run"
+    write_run({turns[0].turn_id: dict.fromkeys(passages, 1.0), "99-9_9": dict.fromkeys(passages, 1.0)}, run)
+    refs = tmp_path / "refs.jsonl"
+    refs.write_text(json.dumps({"turn_id": turns[1].turn_id, "model": "m", "output": {
+        "reasoning": "", "level": "a", "rewrite": "q", "response": "r", "third_rewrite": "q",
+        "third_response": "r"}}) + "\n")
+    code, _, err = run_cli("export", str(run), "--topics", "ikat23-test", "--collection", "ikat23-provenance",
+                           "--reformulations", str(refs), "--out", str(tmp_path / "s.json"))
+    assert code == 0, err
+    assert "1 turn(s) of the run are not in the topics and are not exported: 99-9_9" in err
+    assert f"1 turn(s) have no reformulation, so no PTKB provenance and no pseudo-response: {turns[0].turn_id}" in err
+    code, _, err = run_cli("export", str(run), "--topics", "ikat23-test", "--run-type", "semi-automatic",
+                           "--out", str(tmp_path / "s2.json"))
+    one_line_error(code, err, "--run-type 'semi-automatic'")
+
+
+# ---- 8. LLM faults ----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ten():
+    return [t.turn_id for t in datasets.topics("ikat23-test")[:10]]
+
+
+def reformulate_args(server, tmp_path, turns, *extra):
+    return ["reformulate", "--topics", "ikat23-test", "--turns", ",".join(turns), "--llm", "gpt-test",
+            "--base-url", server.url, "--out", str(tmp_path / "r.jsonl"), "--cache-dir", str(tmp_path / "cache"),
+            "--retry-delay", "0.01", "--max-retries", "2", "--no-progress", *extra]
+
+
+def test_a_non_json_200_fails_only_its_turn(run_cli, tmp_path, ten):
+    target = datasets.topics("ikat23-test")[3]
+    marker = f"Current utterance (turn {target.turn_number}): {target.utterance}"
+
+    def proxy_page(body):
+        if marker in body["messages"][-1]["content"]:
+            return Reply(raw=b"<html><body>502 Bad Gateway (proxy)</body></html>", content_type="text/html")
+        return None
+
+    with FakeOpenAI(reply=proxy_page) as server:
+        code, _, err = run_cli(*reformulate_args(server, tmp_path, ten, "--concurrency", "3"))
+        count = server.count
+    assert code == 1, err
+    records = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    status = {r["turn_id"]: r["status"] for r in records}
+    assert sum(s == "ok" for s in status.values()) == 9 and status[target.turn_id] == "failed"
+    failed = next(r for r in records if r["status"] == "failed")
+    assert "unreadable answer after 2 retries" in failed["error"] and "Traceback" not in err
+    assert count == 9 + 3, "the broken turn was tried three times, the others once"
+
+
+def test_a_429_pauses_every_request_to_the_server(run_cli, tmp_path, ten):
+    first = {"done": False}
+
+    def limited(body):
+        if not first["done"]:
+            first["done"] = True
+            return Reply(status=429, headers={"retry-after": "1"})
+        return Reply(delay=0.3)
+
+    with FakeOpenAI(reply=limited) as server:
+        code, _, err = run_cli(*reformulate_args(server, tmp_path, ten[:8], "--concurrency", "4"))
+        times, answered = list(server.times), list(server.answered)
+    assert code == 0, err
+    limited_at = answered[0]  # when the 429 went out
+    later = [t for t in times[1:] if t > limited_at + 0.05]  # requests sent after the client saw the 429
+    assert later and min(later) >= limited_at + 0.9, (limited_at, later)
+
+
+def test_an_oversized_answer_fails_its_turn_and_is_not_cached(run_cli, tmp_path, ten):
+    big = json.dumps({"reasoning": "x" * 40_000, "level": "a", "rewrite": "r", "response": "r",
+                      "third_rewrite": "r", "third_response": "r", "ptkb_used": []})
+    with FakeOpenAI() as server:
+        server.queue(Reply(content=big))
+        code, _, err = run_cli(*reformulate_args(server, tmp_path, ten[:1], "--concurrency", "1"))
+    assert code == 1
+    record = json.loads((tmp_path / "r.jsonl").read_text().splitlines()[0])
+    assert record["status"] == "failed" and "over the cap of 32,000" in record["error"]
+    assert not list((tmp_path / "cache").rglob("*.json"))
+
+
+def test_the_summary_records_a_base_url_from_the_environment(run_cli, tmp_path, ten, monkeypatch):
+    with FakeOpenAI() as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+        code, _, err = run_cli("reformulate", "--topics", "ikat23-test", "--turns", ten[0], "--llm", "gpt-test",
+                               "--out", str(tmp_path / "r.jsonl"), "--no-progress")
+    assert code == 0, err
+    summary = json.loads((tmp_path / "r.summary.json").read_text())
+    assert summary["config"]["base_url"] == server.url
+
+
+# ---- 9. one writer per run directory ----------------------------------------------------------------
+@pytest.mark.slow
+def test_a_second_run_on_the_same_directory_stops_at_once(small, tmp_path):
+    root, collection, index, all_turns = small
+    judged = datasets.qrels("ikat23-test-provenance")
+    by_conversation: dict[str, list[str]] = {}
+    for turn in all_turns:
+        if turn in judged:
+            by_conversation.setdefault(turn.rpartition("_")[0], []).append(turn)
+    chosen = [t for turns in by_conversation.values() for t in turns[:3]]
+    config = tmp_path / "exp.toml"
+    with FakeOpenAI(delay=0.25) as server:
+        config.write_text(
+            f'name = "locked"\nturns = {json.dumps(chosen)}\noutput_dir = "{tmp_path / "run"}"\n'
+            f'[reformulator]\nllm = "gpt-test"\nbase_url = "{server.url}"\nconcurrency = 1\n'
+            f'cache_dir = "{tmp_path / "cache"}"\n'
+            f'[retrieval]\nindex = "{index}"\ncollection = "{collection}"\n'
+            '[fusion]\nbaselines = false\n[fusion.weights]\nsource = "cv"\nfolds = 2\nstep = 0.1\n'
+            '[evaluation]\nqrels = "ikat23-test-provenance"\n'
+        )
+        command = [sys.executable, "-m", "apcir", "run", str(config), "--no-progress"]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        deadline = time.monotonic() + 120
+        while server.count == 0 and time.monotonic() < deadline and first.poll() is None:
+            time.sleep(0.05)
+        assert server.count > 0, "the first run started asking"
+        second = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+        out, err = first.communicate(timeout=300)
+        bodies = [json.dumps(b, sort_keys=True) for b in server.requests]
+    assert second.returncode == 2, second.stderr
+    assert f"held by pid {first.pid}" in second.stderr and "Traceback" not in second.stderr
+    assert first.returncode == 0, err
+    assert len(bodies) == len(set(bodies)) == len(chosen), "no request sent twice"
+
+
+# ---- 10. degenerate evaluation ---------------------------------------------------------------------
+def test_an_empty_run_or_one_without_judged_turns(run_cli, tmp_path):
+    empty = tmp_path / "empty.run"
+    empty.write_text("")
+    code, _, err = run_cli("evaluate", str(empty), "--qrels", "ikat23-test")
+    one_line_error(code, err, "the run is empty")
+    unjudged = tmp_path / "unjudged.run"
+    write_run({"99-9_9": {PID: 1.0}}, unjudged)
+    code, _, err = run_cli("evaluate", str(unjudged), "--qrels", "ikat23-test")
+    one_line_error(code, err, "no turn of the run (1 turns) is judged")
+    code, out, err = run_cli("evaluate", str(unjudged), "--qrels", "ikat23-test", "--complete", "--json")
+    assert code == 0 and json.loads(out)["measures"]["MRR"] == 0.0
+
+
+# ---- 11. index build --------------------------------------------------------------------------------
+def test_an_empty_collection_is_refused_and_empty_passages_warned(run_cli, tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    code, _, err = run_cli("index", "build", "--collection", str(empty), "--backend", "lucene-bm25", "--out",
+                           str(tmp_path / "idx"))
+    one_line_error(code, err, "the collection is empty")
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text("\n\n")
+    code, _, err = run_cli("index", "build", "--collection", str(blank), "--backend", "embedded", "--encoder",
+                           "splade-tiny", "--out", str(tmp_path / "idx2"))
+    one_line_error(code, err, "holds no passage")
+    some = tmp_path / "some.jsonl"
+    some.write_text(json.dumps({"id": "a:1", "contents": "tea"}) + "\n" + json.dumps({"id": "a:2", "contents": " "})
+                    + "\n")
+    code, _, err = run_cli("index", "build", "--collection", str(some), "--backend", "embedded", "--encoder",
+                           "splade-tiny", "--out", str(tmp_path / "idx3"))
+    assert code == 0 and "1 passage(s) have an empty text (first: a:2" in err
+
+
+def test_a_truncated_index_is_a_clear_error(run_cli, tmp_path):
+    from apcir.retrieval.build import build_index
+
+    collection = tmp_path / "c.jsonl"
+    collection.write_text("".join(json.dumps({"id": f"a:{i}", "contents": f"passage {i} about tea"}) + "\n"
+                                  for i in range(20)))
+    index = tmp_path / "idx"
+    build_index(collection, "embedded", index, "splade-tiny", progress=False)
+    postings = index / "postings.npz"
+    postings.write_bytes(postings.read_bytes()[: postings.stat().st_size // 2])
+    queries = tmp_path / "q.tsv"
+    queries.write_text("10-1_1\ttea\n")
+    code, _, err = run_cli("retrieve", "--index", str(index), "--queries", str(queries), "--out",
+                           str(tmp_path / "r.run"))
+    one_line_error(code, err, "embedded index is corrupt: postings.npz cannot be read")
+
+
+# ---- the one error path for what is not the user's fault --------------------------------------------
+def test_an_internal_error_is_one_line_and_a_log(run_cli, monkeypatch, tmp_path):
+    import apcir.cli.data_commands as data_commands
+
+    def broken():
+        raise RuntimeError("something apcir did not expect")
+
+    monkeypatch.setattr(data_commands, "dataset_summary", broken)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    code, _, err = run_cli("datasets")
+    one_line_error(code, err, "internal error (RuntimeError: something apcir did not expect)", status=3)
+    logs = list((tmp_path / "apcir-errors").glob("*.log"))
+    assert len(logs) == 1 and "Traceback" in logs[0].read_text() and str(logs[0]) in err.replace("\n", "")
