@@ -490,3 +490,42 @@ def test_an_internal_error_is_one_line_and_a_log(run_cli, monkeypatch, tmp_path)
     one_line_error(code, err, "internal error (RuntimeError: something apcir did not expect)", status=3)
     logs = list((tmp_path / "apcir-errors").glob("*.log"))
     assert len(logs) == 1 and "Traceback" in logs[0].read_text() and str(logs[0]) in err.replace("\n", "")
+
+
+# ---- a careless user's sweep over every command ------------------------------------------------------
+SWEEP = (Path(__file__).parent / "data" / "careless_user.txt").read_text().splitlines()
+
+
+@pytest.fixture
+def sandbox(tmp_path, monkeypatch):
+    """The files the sweep's commands point at: binary garbage, an empty file, a folder, a run, records."""
+    (tmp_path / "bin.dat").write_bytes(b"\xff\xfe\x00garbage")
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "adir").mkdir()
+    write_run({"10-1_1": {"clueweb22-en0000-00-00001:1": 1.0}}, tmp_path / "ok.run")
+    (tmp_path / "refs.jsonl").write_text(json.dumps({"turn_id": "10-1_1", "model": "m", "output": {
+        "reasoning": "", "level": "a", "rewrite": "q", "response": "", "third_rewrite": "q", "third_response": ""}})
+        + "\n")
+    (tmp_path / "levels.tsv").write_text("10-1_1\ta\n")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", [c for c in SWEEP if c.strip() and not c.startswith("#")])
+def test_every_careless_command_is_one_line_and_a_non_zero_exit(run_cli, sandbox, small, case):
+    import shlex
+
+    args = shlex.split(case.replace("{index}", str(small[2])))
+    code, _, err = run_cli(*args)
+    assert code in (1, 2), (code, err)
+    assert "Traceback" not in err
+    assert (sandbox / "bin.dat").read_bytes() == b"\xff\xfe\x00garbage", "no input file was changed"
+
+
+def test_an_unrelated_file_given_as_output_is_left_alone(run_cli, tmp_path):
+    precious = tmp_path / "notes.txt"
+    precious.write_text("my notes, no newline at the end")
+    code, _, err = run_cli("reformulate", "--topics", "ikat23-test", "--llm", "heuristic", "--out", str(precious))
+    one_line_error(code, err, "not a reformulation")
+    assert precious.read_text() == "my notes, no newline at the end"

@@ -70,18 +70,20 @@ def stage_identity(turns: list[Turn], options: ReformulatorOptions) -> dict[str,
 
 # --- the output file -------------------------------------------------------------------------
 def read_existing(out: Path) -> dict[str, ReformulationRecord]:
-    """Records already in ``out`` (by turn id); a torn last line from a killed run is cut off."""
+    """Records already in ``out`` (by turn id); a torn last line from a killed run is cut off.
+
+    Only a torn *record* is cut: a file that is not a reformulations JSONL
+    (another file given as ``--out`` by mistake) is an error, and left as it is.
+    """
     if not out.exists():
         return {}
     data = read_bytes(out, "reformulations file")
+    complete, torn = data, b""
     if data and not data.endswith(b"\n"):
         cut = data.rfind(b"\n") + 1
-        with out.open("r+b") as handle:
-            handle.truncate(cut)
-        data = data[:cut]
-        warn(f"{out}: removed an incomplete last line (interrupted run)")
+        complete, torn = data[:cut], data[cut:]
     records: dict[str, ReformulationRecord] = {}
-    for number, line in enumerate(data.splitlines(), start=1):
+    for number, line in enumerate(complete.splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -94,6 +96,13 @@ def read_existing(out: Path) -> dict[str, ReformulationRecord]:
                 line=number,
             ) from None
         records[record.turn_id] = record
+    if torn:
+        if not torn.lstrip().startswith(b'{"turn_id"'):
+            raise ApcirError("not a reformulations JSONL file (its last line is not a record); use another --out",
+                             path=out, line=complete.count(b"\n") + 1)
+        with out.open("r+b") as handle:
+            handle.truncate(len(complete))
+        warn(f"{out}: removed an incomplete last line (interrupted run)")
     return records
 
 
