@@ -4,6 +4,7 @@ Work in progress lives in ``<out>/_build/``:
 
     plan.json                        model, passage budget, collection fingerprint, shard count
     shard-00003-of-00008/chunk-000012.npz, .ids   encoded vectors, ``chunk_size`` passages each
+                                     (``.npy``: dense embeddings, for the dense backends)
     shard-00003-of-00008/done.json   written when the shard is complete
 
 A shard ``i/N`` (0-based, ``0 <= i < N``) is the passages whose lines start in
@@ -23,7 +24,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeAlias
 
 import numpy as np
 import scipy.sparse as sp
@@ -37,7 +38,7 @@ from apcir.datasets.collection import _passage as passage_from_record
 from apcir.datasets.registry import collection_path
 from apcir.errors import ApcirError
 from apcir.io import atomic_write, write_json, write_text
-from apcir.retrieval.encoder import DEFAULT_MODEL, SpladeEncoder, canonical_model_name
+from apcir.retrieval.encoder import DEFAULT_MODEL, TextEncoder, canonical_model_name, make_encoder
 from apcir.retrieval.manifest import (
     MANIFEST,
     CollectionInfo,
@@ -50,7 +51,7 @@ from apcir.retrieval.registry import BACKENDS, BackendSpec
 
 WORK = "_build"
 CHUNK_SIZE = 10_000
-OWNED_OUTPUTS = (MANIFEST, "postings.npz", "ids.txt", "lucene", WORK)
+OWNED_OUTPUTS = (MANIFEST, "postings.npz", "ids.txt", "lucene", "vectors.npy", "docid", "index", WORK)
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class BuildPlan(BaseModel):
     shards: int
     chunk_size: int
     collection: CollectionInfo
+    encoder_kind: str = "splade"
 
 
 def parse_shard(text: str | tuple[int, int] | None) -> tuple[int, int] | None:
@@ -95,7 +97,7 @@ def build_index(
     collection: str | Path,
     backend: str,
     out_dir: str | Path,
-    encoder: SpladeEncoder | str = DEFAULT_MODEL,
+    encoder: TextEncoder | str = DEFAULT_MODEL,
     shard: str | tuple[int, int] | None = None,
     *,
     device: str | None = None,
@@ -110,13 +112,16 @@ def build_index(
     """Build (or resume, or confirm up to date) an index of a collection.
 
     ``collection``: a bundled name (``ikat23-provenance``) or a JSONL file in
-    either layout apcir reads. ``backend``: ``embedded``, ``lucene-bm25`` or
-    ``lucene-splade``. ``encoder``: a model name (``splade-tiny``, a hub id, a
-    directory) or a loaded :class:`SpladeEncoder` (not used for BM25).
+    either layout apcir reads. ``backend``: a name of
+    :data:`~apcir.retrieval.registry.BACKENDS` (``embedded``, ``lucene-splade``,
+    ``lucene-bm25``, ``dense``, ``dense-faiss``). ``encoder``: a model name
+    (``splade-tiny``, a hub id, a directory) or a loaded encoder of the
+    backend's kind (not used for BM25).
     ``shard``: ``"i/N"`` encodes only that shard and returns; run again without
     it, once all shards are done, to merge. ``vectors_from``: an up-to-date
-    embedded index of the same collection and model whose passage vectors are
-    reused instead of encoding again (e.g. to build ``lucene-splade`` from it).
+    index of the same collection and model (``embedded`` for SPLADE backends,
+    ``dense`` for dense ones) whose passage vectors are reused instead of
+    encoding again (e.g. to build ``lucene-splade`` or ``dense-faiss`` from it).
     """
     started = time.perf_counter()
     spec = BACKENDS.get(backend)
@@ -132,8 +137,10 @@ def build_index(
         raise ApcirError(f"--shard splits the encoding of passages; a {backend} index is built in one go")
     model = None
     if spec.encoder is not None:
-        model = encoder.name if isinstance(encoder, SpladeEncoder) else canonical_model_name(encoder)
-        if isinstance(encoder, SpladeEncoder):
+        if isinstance(encoder, TextEncoder) and encoder.kind != spec.encoder:
+            raise ApcirError(f"a {backend} index needs a {spec.encoder} encoder, not a {encoder.kind} one")
+        model = encoder.name if isinstance(encoder, TextEncoder) else canonical_model_name(encoder)
+        if isinstance(encoder, TextEncoder):
             doc_max_length = encoder.doc_max_length
 
     if (out / MANIFEST).exists():
@@ -155,15 +162,18 @@ def build_index(
         BuildPlan(
             backend=backend, model=str(model), doc_max_length=doc_max_length,
             shards=shard_spec[1] if shard_spec else 1, chunk_size=chunk_size, collection=info,
+            encoder_kind=spec.encoder,
         ),
         explicit_shards=shard_spec is not None,
     )
-    loaded = encoder if isinstance(encoder, SpladeEncoder) else None
+    loaded = encoder if isinstance(encoder, TextEncoder) else None
+    kind = spec.encoder
 
-    def get_encoder() -> SpladeEncoder:
+    def get_encoder() -> TextEncoder:
         nonlocal loaded
         if loaded is None:
-            loaded = SpladeEncoder(str(encoder), device=device, doc_max_length=doc_max_length, batch_size=batch_size)
+            loaded = make_encoder(kind, str(encoder), device=device, doc_max_length=doc_max_length,
+                                  batch_size=batch_size)
         return loaded
 
     if vectors_from is not None:
@@ -317,8 +327,10 @@ def _shard_dir(work: Path, index: int, shards: int) -> Path:
     return work / f"shard-{index:05d}-of-{shards:05d}"
 
 
-def _chunk_paths(folder: Path, number: int) -> tuple[Path, Path]:
-    return folder / f"chunk-{number:06d}.npz", folder / f"chunk-{number:06d}.ids"
+def _chunk_paths(folder: Path, number: int, kind: str = "splade") -> tuple[Path, Path]:
+    """The vectors (``.npz`` sparse, ``.npy`` dense) and the ids of one chunk."""
+    suffix = ".npy" if kind == "dense" else ".npz"
+    return folder / f"chunk-{number:06d}{suffix}", folder / f"chunk-{number:06d}.ids"
 
 
 def _encode_shard(path: Path, work: Path, plan: BuildPlan, index: int, get_encoder: Any, progress: bool) -> int:
@@ -327,11 +339,11 @@ def _encode_shard(path: Path, work: Path, plan: BuildPlan, index: int, get_encod
         return 0
     folder.mkdir(parents=True, exist_ok=True)
     done = 0
-    while _chunk_paths(folder, done)[0].exists():
+    while _chunk_paths(folder, done, plan.encoder_kind)[0].exists():
         done += 1
     skip = done * plan.chunk_size
     total = count_shard(path, index, plan.shards)  # also validates every line before any encoding
-    encoder: SpladeEncoder = get_encoder()
+    encoder: TextEncoder = get_encoder()
     label = f"encoding passages (shard {index}/{plan.shards})" if plan.shards > 1 else "encoding passages"
     encoded = 0
     group = encoder.batch_size * 8
@@ -346,59 +358,81 @@ def _encode_shard(path: Path, work: Path, plan: BuildPlan, index: int, get_encod
             ids.append(passage.id)
             texts.append(passage.contents)
             if len(ids) == plan.chunk_size:
-                _write_chunk(folder, number, ids, _encode_groups(encoder, texts, group, advance))
+                _write_chunk(folder, number, ids, _encode_groups(encoder, texts, group, advance), plan.encoder_kind)
                 encoded += len(ids)
                 number, ids, texts = number + 1, [], []
         if ids:
-            _write_chunk(folder, number, ids, _encode_groups(encoder, texts, group, advance))
+            _write_chunk(folder, number, ids, _encode_groups(encoder, texts, group, advance), plan.encoder_kind)
             encoded += len(ids)
     write_json(folder / "done.json", {"passages": total})
     return encoded
 
 
 def _copy_vectors(source: Path, path: Path, plan: BuildPlan, work: Path) -> None:
-    """Chunks of an existing embedded index's vectors, as if this build had encoded them."""
-    from apcir.retrieval.embedded import load_embedded
-
-    status = index_status(source, path, "embedded", plan.model, plan.doc_max_length)
-    if not status.up_to_date:
-        raise ApcirError(f"cannot reuse its vectors: {status.reason}", path=source)
-    postings, ids = load_embedded(source)
-    documents = sp.csr_matrix(postings.T, dtype=np.float32)
+    """Chunks of an existing index's passage vectors (embedded: SPLADE; dense: embeddings), as if encoded here."""
     folder = _shard_dir(work, 0, 1)
     if (folder / "done.json").exists():
         return
+    documents: Any
+    if plan.encoder_kind == "dense":
+        from apcir.retrieval.dense import load_vectors
+
+        status = index_status(source, path, "dense", plan.model, plan.doc_max_length)
+        if not status.up_to_date:
+            raise ApcirError(f"cannot reuse its vectors (it must be a dense index): {status.reason}", path=source)
+        documents, ids = load_vectors(source)
+    else:
+        from apcir.retrieval.embedded import load_embedded
+
+        status = index_status(source, path, "embedded", plan.model, plan.doc_max_length)
+        if not status.up_to_date:
+            raise ApcirError(f"cannot reuse its vectors: {status.reason}", path=source)
+        postings, ids = load_embedded(source)
+        documents = sp.csr_matrix(postings.T, dtype=np.float32)
     folder.mkdir(parents=True, exist_ok=True)
     for number, start in enumerate(range(0, len(ids), plan.chunk_size)):
-        _write_chunk(folder, number, ids[start : start + plan.chunk_size], documents[start : start + plan.chunk_size])
+        _write_chunk(folder, number, ids[start : start + plan.chunk_size],
+                     documents[start : start + plan.chunk_size], plan.encoder_kind)
     write_json(folder / "done.json", {"passages": len(ids), "copied_from": str(source)})
 
 
-def _encode_groups(encoder: SpladeEncoder, texts: list[str], group: int, advance: Any) -> sp.csr_matrix:
+Vectors: TypeAlias = sp.csr_matrix | np.ndarray
+
+
+def _encode_groups(encoder: TextEncoder, texts: list[str], group: int, advance: Any) -> Vectors:
     blocks = []
     for start in range(0, len(texts), group):
         part = texts[start : start + group]
         blocks.append(encoder.encode_documents(part, progress=False))
         advance(len(part))
+    if encoder.kind == "dense":
+        return np.vstack(blocks).astype(np.float32, copy=False)
     return sp.vstack(blocks, format="csr", dtype=np.float32)
 
 
-def _write_chunk(folder: Path, number: int, ids: list[str], matrix: sp.csr_matrix) -> None:
-    npz, id_file = _chunk_paths(folder, number)
+def _write_chunk(folder: Path, number: int, ids: list[str], matrix: Vectors, kind: str = "splade") -> None:
+    vectors, id_file = _chunk_paths(folder, number, kind)
     write_text(id_file, "".join(f"{pid}\n" for pid in ids))
-    with atomic_write(npz, "wb") as handle:  # the .npz appears last: its presence means the chunk is complete
-        sp.save_npz(handle, matrix, compressed=False)
+    with atomic_write(vectors, "wb") as handle:  # the vectors appear last: their presence means the chunk is complete
+        if kind == "dense":
+            np.save(handle, np.asarray(matrix, dtype=np.float32), allow_pickle=False)
+        else:
+            sp.save_npz(handle, matrix, compressed=False)
 
 
-def _iter_chunks(work: Path, plan: BuildPlan) -> Iterator[tuple[list[str], sp.csr_matrix]]:
+def _iter_chunks(work: Path, plan: BuildPlan) -> Iterator[tuple[list[str], Vectors]]:
     for index in range(plan.shards):
         folder = _shard_dir(work, index, plan.shards)
         number = 0
         while True:
-            npz, id_file = _chunk_paths(folder, number)
-            if not npz.exists():
+            vectors, id_file = _chunk_paths(folder, number, plan.encoder_kind)
+            if not vectors.exists():
                 break
-            yield id_file.read_text(encoding="utf-8").splitlines(), sp.load_npz(npz).tocsr()
+            ids = id_file.read_text(encoding="utf-8").splitlines()
+            if plan.encoder_kind == "dense":
+                yield ids, np.load(vectors, allow_pickle=False)
+            else:
+                yield ids, sp.load_npz(vectors).tocsr()
             number += 1
 
 
@@ -413,7 +447,7 @@ def check_unique(ids: list[str]) -> None:
             raise ApcirError(f"duplicate passage id {ids[a]!r} (passages {a} and {b} of the collection, in file order)")
 
 
-def _merge(out: Path, plan: BuildPlan, encoder: SpladeEncoder, spec: BackendSpec, threads: int,
+def _merge(out: Path, plan: BuildPlan, encoder: TextEncoder, spec: BackendSpec, threads: int,
            started: float) -> IndexManifest:
     work = out / WORK
     missing = [i for i in range(plan.shards) if not (_shard_dir(work, i, plan.shards) / "done.json").exists()]
@@ -421,7 +455,7 @@ def _merge(out: Path, plan: BuildPlan, encoder: SpladeEncoder, spec: BackendSpec
         raise ApcirError(f"cannot merge: shard(s) {', '.join(map(str, missing))} of {plan.shards} are not encoded", path=work)
     ids: list[str] = []
 
-    def chunks() -> Iterator[tuple[list[str], sp.csr_matrix]]:
+    def chunks() -> Iterator[tuple[list[str], Vectors]]:
         for chunk_ids, matrix in _iter_chunks(work, plan):
             ids.extend(chunk_ids)
             yield chunk_ids, matrix
@@ -437,7 +471,7 @@ def _merge(out: Path, plan: BuildPlan, encoder: SpladeEncoder, spec: BackendSpec
         query_max_length=encoder.query_max_length,
         response_max_length=encoder.response_max_length,
         doc_max_length=encoder.doc_max_length,
-        vocab_size=encoder.vocab_size,
+        vocab_size=getattr(encoder, "vocab_size", None),
         collection=plan.collection,
         passages=len(ids),
         build_seconds=round(time.perf_counter() - started, 3),

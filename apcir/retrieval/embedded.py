@@ -15,7 +15,7 @@ taken by partial sort, in apcir's one ranking order (:mod:`apcir.contract.runs`)
 from __future__ import annotations
 
 import zipfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +136,13 @@ class EmbeddedIndex:
         check_k(k)
         turn_ids = list(queries)
         matrix = self.encoder.encode_queries([queries[t] for t in turn_ids], progress=progress)
+        return self.search_vectors(turn_ids, matrix, k, progress=progress)
+
+    def search_vectors(self, turn_ids: Sequence[str], vectors: sp.csr_matrix, k: int = 1000, *,
+                       progress: bool = True) -> Run:
+        """Top-k passages for query vectors (rows of ``vectors``, one per turn id)."""
+        check_k(k)
+        matrix = sp.csr_matrix(vectors, dtype=np.float32)
         return dict(zip(turn_ids, search_matrix(self.postings, self.ids, matrix, k, progress)))
 
 

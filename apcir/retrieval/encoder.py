@@ -69,7 +69,7 @@ def resolve_model_location(model: str) -> str:
     if path.exists():
         return str(path.resolve())
     if "/" in model and (model.startswith((".", "/", "~")) or model.count("/") > 1):
-        raise ApcirError(f"SPLADE model directory not found: {model}")
+        raise ApcirError(f"model directory not found: {model}")
     return model
 
 
@@ -80,21 +80,26 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-class SpladeEncoder:
-    """Batched SPLADE encoder with the paper's truncation rules.
+class TextEncoder:
+    """What every retrieval encoder shares: its name, the paper's length budgets and how a query becomes text.
 
-    >>> enc = SpladeEncoder("splade-tiny")                       # doctest: +SKIP
-    >>> enc.encode_queries(["best hiking boots", ("which boots?", "Boots with ...")])  # csr (2, vocab)
+    Subclasses load a model into ``self.model`` / ``self.tokenizer`` and implement
+    ``encode_queries`` and ``encode_documents`` (a sparse matrix for SPLADE, a
+    dense float32 array for bi-encoders); ``kind`` is the registry's encoder
+    kind (:data:`apcir.retrieval.registry.EncoderKind`).
     """
+
+    kind: str = ""
+    tokenizer: Any
 
     def __init__(
         self,
-        model: str = DEFAULT_MODEL,
-        device: str | None = None,
-        query_max_length: int = 64,
-        response_max_length: int = 256,
-        doc_max_length: int = 256,
-        batch_size: int = 32,
+        model: str,
+        device: str | None,
+        query_max_length: int,
+        response_max_length: int,
+        doc_max_length: int,
+        batch_size: int,
     ) -> None:
         for label, value in (
             ("query_max_length", query_max_length),
@@ -110,11 +115,6 @@ class SpladeEncoder:
         self.doc_max_length = doc_max_length
         self.batch_size = batch_size
         self.device = device or default_device()
-        self.model = _load_sparse_encoder(model, self.device)
-        self.tokenizer = self.model.tokenizer
-        transformer: Any = self.model[0]
-        self.vocab_size = int(transformer.config.vocab_size)
-        self._vocab: list[str] | None = None
 
     # ---- text preparation -------------------------------------------------------------------
     def truncate(self, text: str, max_tokens: int) -> str:
@@ -145,6 +145,40 @@ class SpladeEncoder:
     def query_input_length(self) -> int:
         """Model input length for queries: both budgets plus [CLS] and [SEP], so nothing is cut twice."""
         return self.query_max_length + self.response_max_length + 2
+
+    def encode_queries(self, queries: Sequence[QueryInput], *, progress: bool = True,
+                       description: str = "encoding queries") -> Any:
+        raise NotImplementedError
+
+    def encode_documents(self, texts: Sequence[str], *, progress: bool = True,
+                         description: str = "encoding passages") -> Any:
+        raise NotImplementedError
+
+
+class SpladeEncoder(TextEncoder):
+    """Batched SPLADE encoder with the paper's truncation rules.
+
+    >>> enc = SpladeEncoder("splade-tiny")                       # doctest: +SKIP
+    >>> enc.encode_queries(["best hiking boots", ("which boots?", "Boots with ...")])  # csr (2, vocab)
+    """
+
+    kind = "splade"
+
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        device: str | None = None,
+        query_max_length: int = 64,
+        response_max_length: int = 256,
+        doc_max_length: int = 256,
+        batch_size: int = 32,
+    ) -> None:
+        super().__init__(model, device, query_max_length, response_max_length, doc_max_length, batch_size)
+        self.model = _load_sparse_encoder(model, self.device)
+        self.tokenizer = self.model.tokenizer
+        transformer: Any = self.model[0]
+        self.vocab_size = int(transformer.config.vocab_size)
+        self._vocab: list[str] | None = None
 
     # ---- encoding ----------------------------------------------------------------------------
     def encode_queries(
@@ -285,3 +319,25 @@ def _max_pooling_class() -> type:
             return features
 
     return MaxFirstSpladePooling
+
+
+def make_encoder(
+    kind: str,
+    model: str,
+    *,
+    device: str | None = None,
+    query_max_length: int = 64,
+    response_max_length: int = 256,
+    doc_max_length: int = 256,
+    batch_size: int = 32,
+) -> TextEncoder:
+    """The encoder of a backend's ``kind`` (``splade`` or ``dense``) for ``model``."""
+    lengths = {"query_max_length": query_max_length, "response_max_length": response_max_length,
+               "doc_max_length": doc_max_length, "batch_size": batch_size}
+    if kind == "splade":
+        return SpladeEncoder(model, device=device, **lengths)
+    if kind == "dense":
+        from apcir.retrieval.dense import DenseEncoder
+
+        return DenseEncoder(model, device=device, **lengths)
+    raise ApcirError(f"unknown encoder kind {kind!r}")

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -162,7 +162,15 @@ class LuceneSplade:
     def search(self, queries: Mapping[str, QueryInput], k: int = 1000, *, progress: bool = True) -> Run:
         check_k(k)
         turn_ids = list(queries)
-        matrix = quantize(self.encoder.encode_queries([queries[t] for t in turn_ids], progress=progress), self.scale)
+        return self.search_vectors(turn_ids, self.encoder.encode_queries([queries[t] for t in turn_ids],
+                                                                         progress=progress), k)
+
+    def search_vectors(self, turn_ids: Sequence[str], vectors: sp.csr_matrix, k: int = 1000, *,
+                       progress: bool = True) -> Run:
+        """Top-k passages for SPLADE query vectors (rows of ``vectors``), quantised as the index is."""
+        check_k(k)
+        turn_ids = list(turn_ids)
+        matrix = quantize(sp.csr_matrix(vectors, dtype=np.float32), self.scale)
         vocab = self.encoder.vocabulary
         vectors = {}
         for row, turn in enumerate(turn_ids):

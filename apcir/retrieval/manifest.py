@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from apcir.datasets.collection import collection_fingerprint
 from apcir.errors import ApcirError
@@ -60,6 +60,7 @@ class IndexManifest(BaseModel):
     response_max_length: int | None = None
     doc_max_length: int | None = None
     vocab_size: int | None = None
+    dimension: int | None = Field(None, description="dense backends: embedding size")
     collection: CollectionInfo
     passages: int
     nonzeros: int | None = None

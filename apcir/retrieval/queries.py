@@ -36,6 +36,11 @@ def load_queries(path: Path, field_name: str | None = None) -> QuerySet:
     return QuerySet(_from_tsv(path))
 
 
+def is_jsonl(path: Path) -> bool:
+    """Whether a queries file is JSON/JSONL (a reformulations file) rather than a TSV."""
+    return _is_jsonl(path)
+
+
 def _is_jsonl(path: Path) -> bool:
     if path.suffix in (".jsonl", ".json"):
         return True

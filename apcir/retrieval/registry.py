@@ -6,7 +6,8 @@ entry here. ``build`` and ``open`` name the module's functions
 dependencies (Java, FAISS, ...) load only when that backend is used.
 
 * ``build``: for a backend with an ``encoder``, ``build(out, chunks, encoder, *, threads, work) -> dict`` writes
-  the index from the encoded passages (``chunks`` yields ``(ids, vectors)``), which
+  the index from the encoded passages (``chunks`` yields ``(ids, vectors)``: a sparse
+  matrix for ``splade`` encoders, a float32 array for ``dense`` ones), which
   :func:`apcir.retrieval.build.build_index` produces resumably and in shards;
   for a backend without one, ``build(out, passages, *, threads, work) -> dict``
   indexes the texts. The dict holds manifest fields (counts, quantisation).
@@ -22,7 +23,7 @@ from typing import Any, Literal
 
 from apcir.registry import Registry
 
-EncoderKind = Literal["splade"]
+EncoderKind = Literal["splade", "dense"]
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,22 @@ BACKENDS.add(BackendSpec(
     "lucene-bm25", "BM25 (k1=0.9, b=0.4) over a Lucene index, e.g. the one the iKAT organisers distribute",
     None, build="apcir.retrieval.lucene:build_bm25_index", open="apcir.retrieval.lucene:open_bm25_index",
     needs="pip only"))
+BACKENDS.add(BackendSpec(
+    "dense", "exact inner-product search over bi-encoder embeddings (ANCE, ...) in memory (numpy); small collections",
+    "dense", build="apcir.retrieval.dense:write_dense_index", open="apcir.retrieval.dense:open_dense_index",
+    needs="numpy at search time (plus the encoder for queries)"))
+BACKENDS.add(BackendSpec(
+    "dense-faiss", "bi-encoder embeddings in a FAISS IndexFlatIP (files `index` + `docid`: pyserini's FaissSearcher "
+    "opens it too)",
+    "dense", build="apcir.retrieval.dense:write_faiss_index", open="apcir.retrieval.dense:open_faiss_index",
+    needs="faiss-cpu (in the full extra)"))
 
 
 def encoder_backends() -> tuple[str, ...]:
     """Backends whose index is built from a model's passage vectors."""
     return tuple(b.name for b in BACKENDS if b.encoder is not None)
+
+
+def backend_kind(name: str) -> EncoderKind | None:
+    """The encoder kind of a backend (None: it indexes texts)."""
+    return BACKENDS.get(name).encoder
