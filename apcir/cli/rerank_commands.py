@@ -1,0 +1,147 @@
+"""``apcir rerank``: re-rank the top of a run with monoT5, a cross-encoder or RankGPT."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from apcir.cli.common import console, err_console, print_json, settings
+from apcir.contract.reformulations import LIST_NAMES
+from apcir.contract.runs import read_run_file, write_run
+from apcir.errors import ApcirError
+from apcir.io import check_writable
+from apcir.llm.settings import LLMSettings
+from apcir.rerank.registry import RERANKERS
+from apcir.rerank.settings import RerankSettings
+
+
+def rerank_command(
+    run: Path = typer.Option(..., "--run", "-r", help="The TREC run to re-rank."),
+    queries: Path = typer.Option(
+        ..., "--queries", "-q", help="TSV turn_id<TAB>query[<TAB>response], or a reformulations JSONL."
+    ),
+    field: str | None = typer.Option(
+        None, "--field", "-f", help=f"For a reformulations JSONL: the query, {' | '.join(LIST_NAMES)} (default rewrite)."
+    ),
+    collection: str = typer.Option(
+        ..., "--collection", "-c", help="Collection with the passage texts: bundled name or JSONL (either layout)."
+    ),
+    out: Path = typer.Option(..., "--out", "-o", help="The re-ranked TREC run to write."),
+    reranker: str = typer.Option("monot5", "--reranker", help=f"One of: {RERANKERS.help()}."),
+    model: str | None = typer.Option(
+        None, "--model", "--reranker-model", "-m",
+        help="Hub id or local directory (monot5, cross-encoder); the LLM's name (rankgpt). Default per re-ranker: "
+        + ", ".join(f"{r.name} {r.default_model}" for r in RERANKERS) + ".",
+    ),
+    depth: int = typer.Option(100, "--depth", "-d", help="Passages re-ranked per turn; the rest keep their order."),
+    batch_size: int | None = typer.Option(None, "--batch-size", help="Pairs per forward pass (default 16)."),
+    device: str | None = typer.Option(None, "--device", help="cpu, cuda, cuda:1, ... (default: GPU if present)."),
+    max_length: int | None = typer.Option(None, "--max-length", help="Input tokens of a pair (default 512)."),
+    true_token: str | None = typer.Option(None, "--true-token", help="monot5: answer word scored (default true)."),
+    false_token: str | None = typer.Option(None, "--false-token", help="monot5: the other answer word (false)."),
+    window: int | None = typer.Option(None, "--window", help="rankgpt: passages per request (default 20)."),
+    step: int | None = typer.Option(None, "--step", help="rankgpt: window step (default 10)."),
+    windows: str | None = typer.Option(
+        None, "--windows", help="rankgpt: 'rankgpt' (RankGPT's loop, default) or 'cover' (one more window at the top)."
+    ),
+    max_words: int | None = typer.Option(None, "--max-words", help="rankgpt: words per passage sent (default 300)."),
+    base_url: str | None = typer.Option(None, "--base-url", help="rankgpt: OpenAI-compatible server URL."),
+    api_key_env: str | None = typer.Option(None, "--api-key-env", help="rankgpt: variable holding the API key."),
+    concurrency: int | None = typer.Option(None, "--concurrency", "-j", help="rankgpt: requests in flight (8)."),
+    timeout: float | None = typer.Option(None, "--timeout", help="rankgpt: seconds per request (120)."),
+    max_retries: int | None = typer.Option(None, "--max-retries", help="rankgpt: retries on 429/5xx/timeouts (6)."),
+    retry_delay: float | None = typer.Option(None, "--retry-delay", help="rankgpt: first backoff delay (1 s)."),
+    temperature: float | None = typer.Option(None, "--temperature", help="rankgpt: sampling temperature (0)."),
+    max_tokens: int | None = typer.Option(None, "--max-tokens", help="rankgpt: answer length limit (1024)."),
+    cache_dir: Path | None = typer.Option(None, "--cache-dir", help="rankgpt: LLM answer cache folder."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="rankgpt: neither read nor write the cache."),
+    prices: Path | None = typer.Option(None, "--prices", help='rankgpt: JSON {"model": {"input": $/1M, ...}}.'),
+    tag: str | None = typer.Option(None, "--tag", help="Run tag (default: the input run's tag + '+' + re-ranker)."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Re-rank the top --depth passages of every turn of a run; write a TREC run."""
+    from apcir.datasets import collection_path
+    from apcir.rerank.stage import query_text, rerank_run, texts_for
+    from apcir.retrieval.queries import is_jsonl, load_queries
+
+    llm = settings(
+        LLMSettings, base_url=base_url, api_key_env=api_key_env, concurrency=concurrency, timeout=timeout,
+        max_retries=max_retries, retry_delay=retry_delay, temperature=temperature, max_tokens=max_tokens,
+        cache_dir=str(cache_dir) if cache_dir else None, no_cache=no_cache or None,
+        prices=str(prices) if prices else None,
+    )
+    options = settings(
+        RerankSettings, reranker=reranker, model=model, depth=depth, field=field, batch_size=batch_size,
+        device=device, max_length=max_length, true_token=true_token, false_token=false_token, window=window,
+        step=step, windows=windows, max_words=max_words, llm=llm,
+    )
+    check_writable(out, "run file")
+    collection_file = collection_path(collection)
+    if not queries.is_file():
+        raise ApcirError("queries file not found", path=queries)
+    query_set = load_queries(queries, options.field if is_jsonl(queries) else field)
+    for turn, reason in query_set.skipped.items():
+        err_console.print(f"[yellow]warning:[/] turn {turn} has no query: {reason}", highlight=False)
+    run_file = read_run_file(run)
+    for problem in run_file.problems:
+        err_console.print(f"[yellow]warning:[/] {run}: {problem}", highlight=False)
+    texts = texts_for(run_file.run, options.depth, collection_file) if run_file.run else {}
+    started = time.perf_counter()
+    reranked, summary = rerank_run(run_file.run, {t: query_text(q) for t, q in query_set.queries.items()}, texts,
+                                   options, progress=not no_progress)
+    summary.seconds = round(time.perf_counter() - started, 3)
+    default_tag = f"{run_file.tag or 'run'}+{options.label}"
+    write_run(reranked, out, tag=tag or default_tag)
+    if as_json:
+        print_json({**summary.model_dump(), "out": str(out),
+                    "passages_per_second": round(summary.passages_per_second, 2)})
+    else:
+        print_summary(summary, out)
+    if summary.failed_windows:
+        raise typer.Exit(1)
+
+
+def print_summary(summary: object, out: Path) -> None:
+    from apcir.rerank.stage import RerankSummary
+
+    assert isinstance(summary, RerankSummary)
+    table = Table(title=f"rerank {summary.reranker} ({summary.model}) -> {out}")
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    rows: list[tuple[str, object]] = [
+        ("turns in the run", summary.turns),
+        ("turns re-ranked", summary.turns_reranked),
+        ("turns without a query (kept)", len(summary.turns_without_query)),
+        ("depth", summary.depth),
+        ("turns shorter than depth", summary.short_turns),
+        ("passages re-ranked", summary.passages_reranked),
+        ("passages not in the collection (kept in place)", summary.missing_passages),
+    ]
+    if summary.reranker == "rankgpt":
+        rows += [
+            ("windows", summary.windows),
+            ("requests sent", summary.requests),
+            ("answers from cache", summary.cache_hits),
+            ("windows failed (order kept)", summary.failed_windows),
+            ("ids missing from answers (appended)", summary.missing_ids),
+            ("duplicate ids (ignored)", summary.duplicate_ids),
+            ("unknown ids (ignored)", summary.unknown_ids),
+            ("input / output tokens", f"{summary.input_tokens} / {summary.output_tokens}"),
+            ("cost $", "unpriced" if summary.cost_usd is None else f"{summary.cost_usd:.4f}"),
+        ]
+    else:
+        rows.append(("pairs scored", summary.pairs_scored))
+    rows += [("seconds", f"{summary.seconds:.1f}"), ("passages/s", f"{summary.passages_per_second:.1f}")]
+    for name, value in rows:
+        table.add_row(name, str(value))
+    console.print(table)
+    if summary.missing_example:
+        console.print(f"example of a passage not in the collection: {summary.missing_example}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("rerank")(rerank_command)

@@ -1,0 +1,128 @@
+"""What every re-ranker shares: its input per turn, its output, its counters, and loading models offline."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from apcir.console import progress as progress_bar
+from apcir.errors import ApcirError
+
+
+@dataclass
+class Candidates:
+    """One turn's query and the passages to re-rank, in the first stage's order."""
+
+    turn: str
+    query: str
+    ids: list[str]
+    texts: list[str]
+
+
+@dataclass
+class Ranked:
+    """A turn's passages in their new order, with scores (non-increasing) to write."""
+
+    ids: list[str]
+    scores: list[float]
+
+
+@dataclass
+class RerankStats:
+    """Counters a re-ranker adds to the stage summary (the LLM ones stay 0 for local models)."""
+
+    pairs_scored: int = 0
+    windows: int = 0
+    requests: int = 0
+    cache_hits: int = 0
+    failed_windows: int = 0
+    failed: list[str] = field(default_factory=list)
+    """``turn#window`` of every window whose answer could not be used (its order was kept)."""
+    missing_ids: int = 0
+    duplicate_ids: int = 0
+    unknown_ids: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None
+
+
+class Reranker(Protocol):
+    """A loaded re-ranker: ``rank`` orders every turn's candidates."""
+
+    name: str
+    model: str
+
+    def rank(self, candidates: Sequence[Candidates], *, progress: bool = True) -> tuple[dict[str, Ranked], RerankStats]:
+        ...
+
+
+class PointwiseReranker:
+    """A re-ranker that scores each (query, passage) pair alone; a pair is scored once per loaded model."""
+
+    name = ""
+
+    def __init__(self, model: str, score: Callable[[list[tuple[str, str]]], list[float]], batch_size: int) -> None:
+        self.model = model
+        self._score = score
+        self.batch_size = batch_size
+        self._memo: dict[tuple[str, str], float] = {}
+
+    def rank(self, candidates: Sequence[Candidates], *, progress: bool = True) -> tuple[dict[str, Ranked], RerankStats]:
+        wanted = sorted({(c.query, text) for c in candidates for text in c.texts} - set(self._memo))
+        group = max(self.batch_size * 8, 1)
+        with progress_bar(f"re-ranking ({self.name})", len(wanted),
+                          enabled=progress and len(wanted) > self.batch_size) as advance:
+            for start in range(0, len(wanted), group):
+                part = wanted[start : start + group]
+                self._memo.update(zip(part, self._score(part)))
+                advance(len(part))
+        ranked = {}
+        for c in candidates:
+            scores = [self._memo[(c.query, text)] for text in c.texts]
+            order = sorted(range(len(c.ids)), key=lambda i: -scores[i])  # stable: ties keep the first-stage order
+            ranked[c.turn] = Ranked([c.ids[i] for i in order], [scores[i] for i in order])
+        return ranked, RerankStats(pairs_scored=len(wanted))
+
+
+# ---- models: hub ids or local directories, never a silent download ---------------------------------
+def model_location(model: str) -> tuple[str, bool]:
+    """``(what to load, is it a local directory)``; a path-looking name that does not exist is an error."""
+    path = Path(model).expanduser()
+    if path.exists():
+        return str(path.resolve()), True
+    if model.startswith((".", "/", "~")) or model.count("/") > 1:
+        raise ApcirError(f"re-ranker model directory not found: {model} (give --model PATH, a directory with the "
+                         "model, or a hub id)")
+    return model, False
+
+
+def load_error(model: str, exc: BaseException, local: bool) -> ApcirError:
+    """The one-line error for a model that could not be loaded (offline hub ids say how to get a local copy)."""
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if local:
+        return ApcirError(f"could not load re-ranker model from {model}: {reason}")
+    return ApcirError(
+        f"could not load re-ranker model {model!r}: it needs network access to the Hugging Face hub or a local copy "
+        f"({reason}). Download it where there is network (`hf download {model} --local-dir DIR`) and pass the "
+        "directory: --model PATH (also --reranker-model PATH; in a config, rerank.model)"
+    )
+
+
+def default_device(device: str | None) -> str:
+    if device:
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def quiet_transformers() -> Any:
+    """Silence transformers' weight-loading reports and bars; returns the verbosity to restore."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    return verbosity

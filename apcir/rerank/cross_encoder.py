@@ -1,0 +1,46 @@
+"""Cross-encoders through sentence-transformers' ``CrossEncoder`` (e.g. ``cross-encoder/ms-marco-MiniLM-L-6-v2``).
+
+The score is the model's raw logit: ``activation_fn=torch.nn.Identity()`` is
+passed explicitly, because ``CrossEncoder`` otherwise applies a sigmoid to a
+one-label model whose saved config names no activation (a monotone change, but
+then the scores would depend on what the checkpoint happens to record). The
+pair is tokenised as (query, passage) with ``longest_first`` truncation to
+``max_length`` tokens; sentence-transformers sorts each batch group by length
+and restores the order.
+"""
+
+from __future__ import annotations
+
+from apcir.rerank.base import PointwiseReranker, default_device, load_error, model_location, quiet_transformers
+from apcir.rerank.settings import RerankSettings
+
+
+class CrossEncoderScorer:
+    def __init__(self, model: str, *, device: str | None = None, batch_size: int = 16, max_length: int = 512) -> None:
+        import torch
+        from sentence_transformers import CrossEncoder
+        from transformers.utils import logging as hf_logging
+
+        location, local = model_location(model)
+        verbosity = quiet_transformers()
+        try:
+            self.model = CrossEncoder(location, device=default_device(device), local_files_only=local,
+                                      max_length=max_length, activation_fn=torch.nn.Identity())
+        except Exception as exc:
+            raise load_error(location, exc, local) from None
+        finally:
+            hf_logging.set_verbosity(verbosity)
+        self.batch_size = batch_size
+
+    def score(self, pairs: list[tuple[str, str]]) -> list[float]:
+        values = self.model.predict([list(p) for p in pairs], batch_size=self.batch_size, show_progress_bar=False,
+                                    convert_to_numpy=True)
+        return [float(v) for v in values.reshape(len(pairs), -1)[:, 0]]
+
+
+def load(settings: RerankSettings) -> PointwiseReranker:
+    scorer = CrossEncoderScorer(settings.model_name, device=settings.device, batch_size=settings.batch_size,
+                                max_length=settings.max_length)
+    reranker = PointwiseReranker(settings.model_name, scorer.score, settings.batch_size)
+    reranker.name = "cross-encoder"
+    return reranker
