@@ -17,6 +17,8 @@ from apcir.llm.settings import LLMSettings
 from apcir.rerank.registry import RERANKERS
 from apcir.rerank.settings import RerankSettings
 
+_DEFAULTS = ", ".join(f"{spec.name} {spec.default_model}" for spec in RERANKERS)
+
 
 def rerank_command(
     run: Path = typer.Option(..., "--run", "-r", help="The TREC run to re-rank."),
@@ -33,8 +35,7 @@ def rerank_command(
     reranker: str = typer.Option("monot5", "--reranker", help=f"One of: {RERANKERS.help()}."),
     model: str | None = typer.Option(
         None, "--model", "--reranker-model", "-m",
-        help="Hub id or local directory (monot5, cross-encoder); the LLM's name (rankgpt). Default per re-ranker: "
-        + ", ".join(f"{r.name} {r.default_model}" for r in RERANKERS) + ".",
+        help=f"Hub id or local directory (monot5, cross-encoder); the LLM's name (rankgpt). Default: {_DEFAULTS}.",
     ),
     depth: int = typer.Option(100, "--depth", "-d", help="Passages re-ranked per turn; the rest keep their order."),
     batch_size: int | None = typer.Option(None, "--batch-size", help="Pairs per forward pass (default 16)."),
