@@ -25,7 +25,8 @@ from apcir.io import check_writable
 
 _EXTRA = {"allow_extra_args": True}
 _RUNS_HELP = "The run files to fuse, in weight order (q', q'+r', third): --runs A B C."
-BASELINES = tuple(n for n in SYSTEMS.names() if SYSTEMS.get(n).kind != "retrieved" and n != "apcir")
+# `manual` is a retrieval of its own and `qr-fusion` searches the index: `apcir run` builds them
+BASELINES = tuple(n for n in SYSTEMS.names() if SYSTEMS.get(n).kind in ("tuned", "fixed") and n != "apcir")
 
 
 def _runs(ctx: typer.Context, first: list[Path], expected: int | None = None) -> tuple[list[Run], list[str]]:

@@ -20,7 +20,11 @@ def comparison_table(metrics: RunMetrics) -> Table:
     table.add_column("system")
     for measure in metrics.measures:
         table.add_column(measure, justify="right")
-    order = [s for s in SYSTEMS.names() if s in metrics.systems] + [s for s in metrics.systems if s not in SYSTEMS]
+    order = []
+    for name in [s for s in SYSTEMS.names() if s in metrics.systems] + [s for s in metrics.systems if s not in SYSTEMS]:
+        if metrics.systems[name].base is None:  # each re-ranked system right after the one it re-ranks
+            order += [name] + [s for s, r in metrics.systems.items() if r.base == name]
+    order += [s for s in metrics.systems if s not in order]
     for name in order:
         result = metrics.systems[name]
         label = result.label + (" [tuned on test]" if result.tuned_on_test else "")
@@ -66,7 +70,14 @@ def run_command(
         "systems/*.run, metrics.json, report/report.md",
         highlight=False,
     )
-    if report.failed_turns:
+    if report.failed_windows:
+        console.print(
+            f"[yellow]{len(report.failed_windows)} re-ranking window(s) failed[/] and kept their order "
+            f"({', '.join(report.failed_windows[:5])}{', ...' if len(report.failed_windows) > 5 else ''}); "
+            "the next run asks them again",
+            highlight=False,
+        )
+    if report.failed_turns or report.failed_windows:
         raise typer.Exit(1)
 
 

@@ -16,6 +16,7 @@ GROUPS = {
     "overall": "Table 1: overall",
     "weights": "Table 2: weight identification",
     "fusion": "Table 4: fusion strategies",
+    "rerank": "+Reranking (Table 1): each system before and after re-ranking",
 }
 
 
@@ -26,6 +27,18 @@ class SystemResult(BaseModel):
     means: dict[str, float]
     per_turn: dict[str, dict[str, float]]
     tuned_on_test: bool = Field(False, description="weights were tuned on the qrels these numbers use")
+    base: str | None = Field(None, description="a re-ranked system: the system it re-ranks")
+    reranker: str | None = Field(None, description="a re-ranked system: the key of its re-ranker in `rerankers`")
+
+
+class RerankerInfo(BaseModel):
+    """One re-ranker of an experiment, as the report names it."""
+
+    reranker: str
+    label: str
+    model: str
+    depth: int
+    field: str
 
 
 class TurnInfo(BaseModel):
@@ -47,6 +60,9 @@ class RunMetrics(BaseModel):
     protocol: str = Field(description="how the APCIR weights were obtained, e.g. '5-fold CV by conversation'")
     systems: dict[str, SystemResult]
     turns: dict[str, TurnInfo]
+    backend: str | None = Field(None, description="the retrieval backend (the grid's rows)")
+    encoder: str | None = Field(None, description="its model (None for BM25)")
+    rerankers: dict[str, RerankerInfo] = Field(default_factory=dict, description="re-rankers by key (grid columns)")
 
 
 def write_metrics(metrics: RunMetrics, run_dir: Path) -> Path:

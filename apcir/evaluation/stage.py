@@ -10,14 +10,25 @@ from dataclasses import dataclass
 
 from apcir.contract.records import Qrels, Run, Turn
 from apcir.errors import ApcirError
-from apcir.evaluation.results import RunMetrics, SystemResult, TurnInfo
+from apcir.evaluation.results import RerankerInfo, RunMetrics, SystemResult, TurnInfo
 from apcir.evaluation.settings import EvaluationSettings
 from apcir.fusion.systems import SYSTEMS
 from apcir.metrics import Comparison, Evaluation, evaluate, paired_t_tests, parse_measures
 
 
-def system_result(name: str, evaluation: Evaluation, tuned_on_test: bool = False) -> SystemResult:
-    """One system's numbers, labelled from the systems registry (any other run is labelled by its name)."""
+def system_result(name: str, evaluation: Evaluation, tuned_on_test: bool = False,
+                  reranked: tuple[str, str, RerankerInfo] | None = None) -> SystemResult:
+    """One system's numbers, labelled from the systems registry (any other run is labelled by its name).
+
+    ``reranked``: (base system, re-ranker key, re-ranker) for a re-ranked system, labelled ``<base> +<re-ranker>``.
+    """
+    if reranked is not None:
+        base, key, info = reranked
+        base_label = SYSTEMS.get(base).label if base in SYSTEMS else base
+        return SystemResult(label=f"{base_label} +{info.label}", groups=["rerank"],
+                            description=f"{base} re-ranked by {info.reranker} ({info.model}), top {info.depth}",
+                            means=evaluation.measures, per_turn=evaluation.per_turn, tuned_on_test=tuned_on_test,
+                            base=base, reranker=key)
     if name in SYSTEMS:
         spec = SYSTEMS.get(name)
         label, groups, description = spec.label, list(spec.groups), spec.description
@@ -38,23 +49,45 @@ def evaluate_systems(
     topics: str,
     protocol: str,
     tuned_on_test: Sequence[str] = (),
+    reranked: Mapping[str, tuple[str, str]] | None = None,
+    rerankers: Mapping[str, RerankerInfo] | None = None,
+    backend: str | None = None,
+    encoder: str | None = None,
 ) -> RunMetrics:
-    """``metrics.json`` of an experiment: every system's means and per-turn values, and each turn's level."""
+    """``metrics.json`` of an experiment: every system's means and per-turn values, and each turn's level.
+
+    ``reranked``: re-ranked system -> (the system it re-ranks, the key of its re-ranker in ``rerankers``); a
+    re-ranked system inherits its base's "tuned on test", and the base joins the "+Reranking" table.
+    """
     measures = parse_measures(settings.measures)
-    results = {
-        system: system_result(
+    reranked = dict(reranked or {})
+    rerankers = dict(rerankers or {})
+    results = {}
+    for system, run in systems.items():
+        origin = reranked.get(system)
+        base = origin[0] if origin else system
+        results[system] = system_result(
             system,
             evaluate(run, qrels, measures, rel_threshold=settings.rel_threshold, complete=settings.complete),
-            system in tuned_on_test,
+            base in tuned_on_test,
+            (origin[0], origin[1], rerankers[origin[1]]) if origin else None,
         )
-        for system, run in systems.items()
-    }
+    for base, _ in reranked.values():
+        if base in results and "rerank" not in results[base].groups:
+            results[base].groups.append("rerank")
+    order = []  # each re-ranked system right after the system it re-ranks
+    for system in results:
+        if system not in reranked:
+            order += [system] + [r for r, (base, _) in reranked.items() if base == system and r in results]
+    order += [r for r in results if r not in order]
+    results = {system: results[system] for system in order}
     return RunMetrics(
         name=name, topics=topics, qrels=str(settings.qrels), measures=[m.name for m in measures],
         rel_threshold=settings.rel_threshold, complete=settings.complete, baseline=settings.baseline,
         protocol=protocol, systems=results,
         turns={t.turn_id: TurnInfo(level=levels.get(t.turn_id), human_personalised=bool(t.ptkb_provenance))
                for t in turns},
+        backend=backend, encoder=encoder, rerankers=rerankers,
     )
 
 

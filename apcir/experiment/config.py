@@ -3,7 +3,8 @@
 Each section is the settings record of one stage, the same record that
 stage's command builds from its options: ``[reformulator]``
 (:class:`~apcir.reformulate.options.ReformulatorOptions`), ``[retrieval]``,
-``[fusion]`` (with ``[fusion.weights]``), ``[evaluation]`` and ``[export]``.
+``[fusion]`` (with ``[fusion.weights]``), ``[rerank]`` (optional; one table, or
+several as ``[[rerank]]``), ``[evaluation]`` and ``[export]``.
 Every field has a default that runs the embedded demo offline, so the
 smallest config is a name. Relative paths are resolved against the working
 directory of ``apcir run``. The resolved config is saved into the run
@@ -15,9 +16,10 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from apcir.errors import ApcirError
 from apcir.evaluation.settings import EvaluationSettings
@@ -25,6 +27,7 @@ from apcir.export.settings import ExportSettings
 from apcir.fusion.settings import FusionSettings
 from apcir.io import read_text
 from apcir.reformulate.options import ReformulatorOptions
+from apcir.rerank.settings import RerankSettings
 from apcir.retrieval.settings import RetrievalSettings
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -40,6 +43,9 @@ class ExperimentConfig(BaseModel):
     reformulator: ReformulatorOptions = Field(default_factory=ReformulatorOptions)
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
     fusion: FusionSettings = Field(default_factory=FusionSettings)
+    rerank: list[RerankSettings] = Field(
+        default_factory=list, description="re-rankers applied after fusion (none: no re-ranking); [rerank] or [[rerank]]"
+    )
     evaluation: EvaluationSettings = Field(default_factory=EvaluationSettings)
     export: ExportSettings = Field(default_factory=ExportSettings)
 
@@ -49,6 +55,21 @@ class ExperimentConfig(BaseModel):
         if not value or any(c.isspace() or c in "/\\" for c in value):
             raise ValueError("must be one word without slashes (it names the run directory and the run tag)")
         return value
+
+    @field_validator("rerank", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, dict) else value
+
+    @model_validator(mode="after")
+    def _distinct_rerankers(self) -> ExperimentConfig:
+        labels = [r.label for r in self.rerank]
+        repeated = sorted({label for label in labels if labels.count(label) > 1})
+        if repeated:
+            raise ValueError(f"two [[rerank]] entries are both called {repeated[0]!r}: give one a `name`")
+        if sum(r.submit for r in self.rerank) > 1:
+            raise ValueError("only one [[rerank]] entry can set submit = true")
+        return self
 
     @property
     def run_dir(self) -> Path:
@@ -86,6 +107,6 @@ def validate_config(data: dict[str, object], path: Path | None = None) -> Experi
     try:
         return ExperimentConfig.model_validate(data)
     except ValidationError as exc:
-        lines = [f"{'.'.join(str(p) for p in e['loc'])}: {str(e['msg']).removeprefix('Value error, ')}"
-                 for e in exc.errors()]
+        lines = [(f"{'.'.join(str(p) for p in e['loc'])}: " if e["loc"] else "")
+                 + str(e["msg"]).removeprefix("Value error, ") for e in exc.errors()]
         raise ApcirError("invalid config: " + "; ".join(lines), path=path) from None

@@ -17,7 +17,9 @@ layout (``runs/<name>/`` by default)::
     weights.json           per-level weights (all judged turns under CV; the tuning set otherwise)
     weights-folds.json     per-fold weights under cross-validation
     systems/<system>.run   APCIR and every baseline, as evaluated; systems/fusion.json says how
+    systems/<system>+<re-ranker>.run   with [rerank]: those systems re-ranked (evaluated too)
     fused.run              the APCIR run for every turn (what the submission holds)
+    fused+<re-ranker>.run  with [rerank] submit = true: fused.run re-ranked (then the submission holds it)
     submission.json(l)     the iKAT submission
     metrics.json           trec_eval numbers per system and turn (with qrels)
 """
@@ -34,7 +36,7 @@ from rich.console import Console
 
 from apcir import datasets
 from apcir.contract.levels import load_levels, write_levels
-from apcir.contract.records import Turn
+from apcir.contract.records import Run, Turn
 from apcir.contract.reformulations import (
     LIST_NAMES,
     ReformulationRecord,
@@ -45,13 +47,16 @@ from apcir.contract.reformulations import (
 from apcir.contract.runs import load_run, ranking, write_run
 from apcir.contract.weights import WeightsFile, load_weights
 from apcir.errors import ApcirError, set_crash_log_dir
-from apcir.evaluation.results import RunMetrics, read_metrics, write_metrics
+from apcir.evaluation.results import RerankerInfo, RunMetrics, read_metrics, write_metrics
 from apcir.experiment.config import ExperimentConfig
 from apcir.experiment.environment import environment, record_index
 from apcir.experiment.ledger import StageLedger, StageOutcome
 from apcir.io import exclusive, read_json, write_json
 from apcir.reformulate.options import ReformulatorOptions
 from apcir.reformulate.stage import reformulate, stage_identity
+from apcir.rerank.registry import RERANKERS
+from apcir.rerank.settings import RerankSettings
+from apcir.retrieval.registry import BACKENDS
 
 FUSION_FILE = "fusion.json"
 
@@ -65,6 +70,8 @@ class RunReport:
     llm_requests: int = 0
     retrieval_calls: int = 0
     failed_turns: list[str] = field(default_factory=list)
+    failed_windows: list[str] = field(default_factory=list)
+    """Re-ranking requests whose answer could not be used (``turn#window``); asked again by the next run."""
     metrics: RunMetrics | None = None
     submission_problems: list[str] = field(default_factory=list)
 
@@ -202,7 +209,7 @@ class Experiment:
 
     # ---- stage 3: fusion ---------------------------------------------------------------------
     def fuse(self, turns: list[Turn], records: dict[str, ReformulationRecord], list_paths: list[Path],
-             given: dict[str, WeightsFile] | None, tuning_inputs: list[Path]) -> None:
+             given: dict[str, WeightsFile] | None, tuning_inputs: list[Path], index_dir: Path) -> None:
         """Every system's run (``systems/``), the run to submit (``fused.run``) and the weights."""
         from apcir.fusion.encoders import text_encoder
         from apcir.fusion.protocol import FusionInputs, tuned_systems
@@ -217,6 +224,7 @@ class Experiment:
             raise ApcirError("fusion.weights.source = 'cv' needs evaluation.qrels (cross-validation tunes on them)")
         passages_source = cfg.retrieval.passages_source
         encoder_name = cfg.retrieval.encoder if cfg.retrieval.uses_encoder else "tfidf"
+        encoder_kind = BACKENDS.get(cfg.retrieval.backend).encoder or "splade"
         inputs: dict[str, Any] = {
             "name": cfg.name,
             "lists": list_paths, "levels": run_dir / "levels.tsv", "fusion": cfg.fusion.model_dump(mode="json"),
@@ -226,6 +234,8 @@ class Experiment:
             "passages": datasets.collection_path(passages_source) if passages_source else None,
             "encoder": encoder_name, "weights": tuning_inputs,
         }
+        if "qr-fusion" in names:  # it searches the index with fused query vectors
+            inputs["qr-fusion"] = {"index": index_dir, "backend": cfg.retrieval.backend}
         outputs = [run_dir / "fused.run", run_dir / "weights.json", run_dir / "systems" / FUSION_FILE]
 
         def work() -> str:
@@ -248,8 +258,8 @@ class Experiment:
                 passages = (datasets.passage_texts(datasets.collection_path(passages_source), deps_passage_ids(lists))
                             if passages_source and "deps" in fixed else {})
                 corpus = [s for st in profiles.values() for s in st] + list(passages.values())
-                encode = text_encoder(encoder_name, corpus if encoder_name == "tfidf" else None) if needs_texts \
-                    else None
+                encode = text_encoder(encoder_name, corpus if encoder_name == "tfidf" else None, encoder_kind) \
+                    if needs_texts else None
                 systems.update(fixed_systems(SystemInputs(
                     lists=lists, norm=cfg.fusion.norm, depth=cfg.fusion.depth, seed=weights_cfg.seed,
                     rrf_k=cfg.fusion.rrf_k, profiles=profiles, personalised=personalised, passages=passages,
@@ -257,6 +267,10 @@ class Experiment:
             manual = run_dir / "lists" / "manual.run"
             if "manual" in names and manual.exists():
                 systems["manual"] = load_run(manual)
+            if "qr-fusion" in names:
+                qr = self._qr_fusion(index_dir, records, tuned.turn_weights)
+                if qr is not None:
+                    systems["qr-fusion"] = qr
             for name, run in systems.items():
                 write_run(run, run_dir / "systems" / f"{name}.run", tag=f"{cfg.name}-{name}", depth=cfg.fusion.depth)
             write_run(tuned.submission, run_dir / "fused.run", tag=cfg.name, depth=cfg.fusion.depth)
@@ -270,21 +284,120 @@ class Experiment:
 
         self.stage("fuse", inputs, outputs, work)
 
+    def _qr_fusion(self, index_dir: Path, records: dict[str, ReformulationRecord],
+                   turn_weights: dict[str, tuple[float, ...]]) -> Run | None:
+        """Query-representation fusion: each turn's three query vectors summed with its APCIR weights, one search."""
+        from apcir.console import warn
+        from apcir.retrieval.representation import search_fused_representation
+
+        backend = self.backend(index_dir)
+        if not hasattr(backend, "search_vectors"):
+            warn(f"not built: qr-fusion (the {self.config.retrieval.backend} backend has no query vectors to sum)")
+            return None
+        inputs = {t: [r.list_inputs()[name] for name in LIST_NAMES] for t, r in records.items()
+                  if r.output is not None and t in turn_weights}
+        run = search_fused_representation(backend, inputs, turn_weights, k=self.config.fusion.depth,
+                                          progress=self.progress)
+        self.report.retrieval_calls += len(run)
+        return run
+
+    # ---- stage 3b: re-ranking -----------------------------------------------------------------
+    def rerank(self, records: dict[str, ReformulationRecord],
+               manual_records: dict[str, ReformulationRecord]) -> tuple[dict[str, tuple[str, str]], Path | None]:
+        """Every ``[[rerank]]`` entry over its systems; returns {re-ranked system: (base, key)} and the run to submit."""
+        from apcir.console import warn
+        from apcir.contract.runs import write_run as write
+        from apcir.rerank.stage import candidate_ids, load_reranker, record_queries, rerank_run
+
+        cfg = self.config
+        run_dir = self.run_dir
+        built = read_json(run_dir / "systems" / FUSION_FILE, "fusion record")["systems"]
+        passages_source = cfg.retrieval.passages_source
+        if passages_source is None:
+            raise ApcirError("re-ranking needs the passage texts: set retrieval.passages or retrieval.collection")
+        collection = datasets.collection_path(passages_source)
+        reranked: dict[str, tuple[str, str]] = {}
+        submission: Path | None = None
+        for settings in cfg.rerank:
+            key = settings.label
+            wanted = list(built) if settings.systems == "all" else list(settings.systems)
+            absent = [name for name in wanted if name not in built]
+            if absent:
+                warn(f"[rerank] {key}: not re-ranked, not built in this experiment: {', '.join(absent)}")
+            sources = {f"{name}+{key}": (name, run_dir / "systems" / f"{name}.run") for name in wanted
+                       if name in built}
+            outs = {target: run_dir / "systems" / f"{target}.run" for target in sources}
+            if settings.submit:
+                sources[f"fused+{key}"] = ("fused", run_dir / "fused.run")
+                outs[f"fused+{key}"] = submission = run_dir / f"fused+{key}.run"
+            model = Path(settings.model_name).expanduser()
+            inputs: dict[str, Any] = {
+                "runs": {target: path for target, (_, path) in sources.items()},
+                "settings": settings.model_dump(mode="json", exclude={"llm", "systems", "submit"}),
+                "model": model if model.exists() else settings.model_name,
+                "reformulations": run_dir / "reformulations.jsonl", "passages": collection,
+            }
+            if any(base == "manual" for base, _ in sources.values()):
+                inputs["manual"] = run_dir / "reformulations-manual.jsonl"
+            if RERANKERS.get(settings.reranker).kind == "listwise":
+                from apcir.reformulate.chat import public_url
+
+                inputs["llm"] = {"params": settings.llm.params(), "max_answer_bytes": settings.llm.max_answer_bytes,
+                                 "base_url": public_url(settings.llm.resolved_base_url())}
+            failed: list[str] = []
+
+            def work(settings: RerankSettings = settings, sources: dict[str, tuple[str, Path]] = sources,
+                     outs: dict[str, Path] = outs, failed: list[str] = failed) -> str:
+                runs = {target: load_run(path) for target, (_, path) in sources.items()}
+                needed = set().union(*(candidate_ids(r, settings.depth) for r in runs.values())) if runs else set()
+                texts = datasets.passage_texts(collection, needed)
+                queries = record_queries(records, settings.field)
+                manual_queries = record_queries(manual_records, settings.field) if manual_records else {}
+                reranker = load_reranker(settings)
+                done, requests, passages, windows, hits = [], 0, 0, 0, 0
+                for target, (base, _) in sources.items():
+                    chosen = manual_queries if base == "manual" else queries
+                    result, summary = rerank_run(runs[target], chosen, texts, settings, reranker=reranker,
+                                                 progress=self.progress)
+                    write(result, outs[target], tag=f"{cfg.name}-{target}")
+                    requests += summary.requests
+                    passages += summary.passages_reranked
+                    windows += summary.windows
+                    hits += summary.cache_hits
+                    failed.extend(f"{target}:{w}" for w in summary.failed)
+                    done.append(target)
+                self.report.llm_requests += requests
+                detail = f"{', '.join(done)} by {settings.reranker} ({settings.model_name}), depth {settings.depth}; " \
+                         f"{passages} passages"
+                if RERANKERS.get(settings.reranker).kind == "listwise":
+                    detail += f", {windows} windows: {requests} LLM requests, {hits} answers from the cache"
+                if failed:
+                    detail += f", {len(failed)} windows failed (order kept)"
+                return detail
+
+            self.stage(f"rerank:{key}", inputs, list(outs.values()), work)
+            if failed:
+                self.ledger.mark_unfinished(f"rerank:{key}")  # the next run asks the failed windows again
+                self.report.failed_windows.extend(failed)
+            reranked.update({target: (base, key) for target, (base, _) in sources.items() if base != "fused"})
+        return reranked, submission
+
     # ---- stage 4: export ---------------------------------------------------------------------
-    def export(self, turns: list[Turn], records: dict[str, ReformulationRecord]) -> Path:
+    def export(self, turns: list[Turn], records: dict[str, ReformulationRecord], fused_path: Path | None = None) -> Path:
         from apcir.export.common import SubmissionInputs
         from apcir.export.stage import write_submission
 
         cfg = self.config
         out = self.run_dir / f"submission{cfg.export.suffix}"
         passages_source = cfg.retrieval.passages_source
-        inputs = {"name": cfg.name, "fused": self.run_dir / "fused.run", "topics": datasets.topics_path(cfg.topics),
+        fused_path = fused_path or self.run_dir / "fused.run"
+        inputs = {"name": cfg.name, "fused": fused_path, "topics": datasets.topics_path(cfg.topics),
                   "turns": [t.turn_id for t in turns], "reformulations": self.run_dir / "reformulations.jsonl",
                   "passages": datasets.collection_path(passages_source) if passages_source else None,
                   "export": cfg.export.model_dump(mode="json")}
 
         def work() -> str:
-            fused = load_run(self.run_dir / "fused.run")
+            fused = load_run(fused_path)
             used_top = 5
             needed = {p for hits in fused.values() for p, _ in ranking(hits, used_top)}
             passages = (datasets.passage_texts(datasets.collection_path(passages_source), needed)
@@ -299,25 +412,32 @@ class Experiment:
         return out
 
     # ---- stage 5: evaluation -----------------------------------------------------------------
-    def evaluate(self, turns: list[Turn]) -> None:
+    def evaluate(self, turns: list[Turn], reranked: dict[str, tuple[str, str]] | None = None) -> None:
         from apcir.evaluation.stage import evaluate_systems
 
         cfg = self.config
         qrels_name = cfg.evaluation.qrels
         if qrels_name is None:
             return
+        reranked = reranked or {}
         fusion = read_json(self.run_dir / "systems" / FUSION_FILE, "fusion record")
-        system_files = {name: self.run_dir / "systems" / f"{name}.run" for name in fusion["systems"]}
+        system_files = {name: self.run_dir / "systems" / f"{name}.run" for name in [*fusion["systems"], *reranked]}
+        rerankers = reranker_infos(cfg.rerank)
+        retrieval = {"backend": cfg.retrieval.backend,
+                     "encoder": cfg.retrieval.encoder if cfg.retrieval.uses_encoder else None}
         inputs = {"systems": system_files, "fusion": self.run_dir / "systems" / FUSION_FILE,
                   "qrels": datasets.qrels_path(qrels_name), "evaluation": cfg.evaluation.model_dump(mode="json"),
                   "levels": self.run_dir / "levels.tsv", "topics": datasets.topics_path(cfg.topics),
-                  "turns": [t.turn_id for t in turns], "name": cfg.name}
+                  "turns": [t.turn_id for t in turns], "name": cfg.name, "retrieval": retrieval}
+        if reranked:
+            inputs["reranked"] = {"systems": reranked, "rerankers": {k: v.model_dump() for k, v in rerankers.items()}}
 
         def work() -> str:
             metrics = evaluate_systems(
                 {name: load_run(path) for name, path in system_files.items()}, datasets.qrels(qrels_name), turns,
                 load_levels(self.run_dir / "levels.tsv"), cfg.evaluation, name=cfg.name, topics=cfg.topics,
-                protocol=fusion["protocol"], tuned_on_test=fusion["tuned_on_test"],
+                protocol=fusion["protocol"], tuned_on_test=fusion["tuned_on_test"], reranked=reranked,
+                rerankers=rerankers, **retrieval,
             )
             write_metrics(metrics, self.run_dir)
             self.report.metrics = metrics
@@ -326,6 +446,12 @@ class Experiment:
         self.stage("evaluate", inputs, [self.run_dir / "metrics.json"], work)
         if self.report.metrics is None:
             self.report.metrics = read_metrics(self.run_dir)
+
+
+def reranker_infos(entries: list[RerankSettings]) -> dict[str, RerankerInfo]:
+    """What the report says about each re-ranker of a config, by key."""
+    return {r.label: RerankerInfo(reranker=r.reranker, label=r.name or RERANKERS.get(r.reranker).label,
+                                  model=r.model_name, depth=r.depth, field=r.field) for r in entries}
 
 
 LOCK_FILE = ".apcir.lock"
@@ -383,9 +509,13 @@ def _run(config: ExperimentConfig, console: Console, progress: bool) -> RunRepor
             raise ApcirError("fusion.weights.source = 'file' needs fusion.weights.file (a weights.json)")
         given = {"apcir": load_weights(weights_cfg.file)}
         tuning_inputs = [Path(weights_cfg.file)]
-    exp.fuse(turns, records, list(list_paths.values()), given, tuning_inputs)
-    submission = exp.export(turns, records)
-    exp.evaluate(turns)
+    exp.fuse(turns, records, list(list_paths.values()), given, tuning_inputs, index_dir)
+    reranked: dict[str, tuple[str, str]] = {}
+    fused_path: Path | None = None
+    if config.rerank:
+        reranked, fused_path = exp.rerank(records, manual_records)
+    submission = exp.export(turns, records, fused_path)
+    exp.evaluate(turns, reranked)
     _check_outputs(exp, turns, submission)
     write_json(run_dir / "timings.json", {o.name: round(o.seconds, 3) for o in exp.report.outcomes}
                | {"total": round(time.perf_counter() - started, 3)})

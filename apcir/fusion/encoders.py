@@ -35,13 +35,19 @@ class MemoEncoder:
         return np.vstack([self.vectors[t] for t in texts])
 
 
-def text_encoder(name: str, corpus: Sequence[str] | None = None) -> Encoder:
-    """``tfidf`` (IDF from ``corpus`` when given, else from each call's texts) or a SPLADE model's dense vectors."""
+def text_encoder(name: str, corpus: Sequence[str] | None = None, kind: str = "splade") -> Encoder:
+    """``tfidf`` (IDF from ``corpus`` when given, else from each call's texts) or a model's dense vectors.
+
+    ``kind`` says what the model is: ``splade`` (its sparse vectors, densified) or ``dense`` (a bi-encoder's
+    embeddings, for an experiment on a dense index).
+    """
     if name == "tfidf":
         return tfidf_encoder(corpus)
     try:
-        from apcir.retrieval.encoder import SpladeEncoder
+        from apcir.retrieval.encoder import make_encoder
     except ImportError as exc:  # pragma: no cover - depends on the retrieval extra
-        raise ApcirError(f"encoder {name}: the SPLADE encoder is unavailable ({exc}); use tfidf") from None
-    model = SpladeEncoder(name)
+        raise ApcirError(f"encoder {name}: the retrieval encoders are unavailable ({exc}); use tfidf") from None
+    model = make_encoder(kind, name)
+    if kind == "dense":
+        return MemoEncoder(lambda texts: model.encode_documents(texts, progress=False))
     return MemoEncoder(lambda texts: model.encode_documents(texts, progress=False).toarray())

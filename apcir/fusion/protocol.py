@@ -65,6 +65,9 @@ class TunedSystems:
     protocol: str = ""
     tuned_on_test: bool = False
     overlap: int | None = 0
+    turn_weights: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    """The APCIR weights each turn of ``runs["apcir"]`` was fused with (out-of-fold under CV): what
+    query-representation fusion (``qr-fusion``) weighs its query vectors with."""
 
 
 def search_for(inputs: FusionInputs, settings: TuningSettings, *, norm: str, depth: int, rel_threshold: int,
@@ -169,7 +172,19 @@ def tuned_systems(
         evaluated = {t: target.qrels[t] for t in target.levels if t in target.qrels}
         overlap = tuned_on_overlap(weights, evaluated)
     label = protocol + (" (tuning turns unknown)" if overlap is None and target.qrels is not None else "")
-    return TunedSystems(runs, runs["apcir"], weights, protocol=label, tuned_on_test=bool(overlap), overlap=overlap)
+    return TunedSystems(runs, runs["apcir"], weights, protocol=label, tuned_on_test=bool(overlap), overlap=overlap,
+                        turn_weights=_turn_weights(runs["apcir"], target.levels, weights, missing_level))
+
+
+def _turn_weights(run: Run, levels: Mapping[str, str], weights: WeightsFile,
+                  missing_level: str | None) -> dict[str, tuple[float, ...]]:
+    """Each turn's weight vector under ``weights`` (by its level), for the turns of ``run``."""
+    out = {}
+    for turn in run:
+        level = levels.get(turn, missing_level)
+        if level is not None and level in weights.levels:
+            out[turn] = tuple(weights.levels[level].weights)
+    return out
 
 
 def _cross_validated(
@@ -192,5 +207,10 @@ def _cross_validated(
     weights = tune_variants(target, settings, ["apcir"], norm=norm, depth=depth, rel_threshold=rel_threshold,
                             missing_level=missing_level, search=search)["apcir"]
     submission = fuse_linear(target.lists, target.levels, weights, norm, depth, missing_level=missing_level)
+    turn_weights: dict[str, tuple[float, ...]] = {}
+    for fold in cv.folds:
+        turn_weights.update(_turn_weights({t: {} for t in fold.test_turns}, target.levels, fold.weights,
+                                          missing_level))
     return TunedSystems(runs, submission, weights, [f.weights for f in cv.folds],
-                        protocol=f"{folds}-fold cross-validation by conversation (out-of-fold), seed {seed}")
+                        protocol=f"{folds}-fold cross-validation by conversation (out-of-fold), seed {seed}",
+                        turn_weights=turn_weights)

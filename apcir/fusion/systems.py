@@ -10,7 +10,11 @@ third) and the turns' levels. Three kinds:
   personalisation (w3 held at 0), no levels (one vector for every turn);
 * ``fixed``: weights that need no tuning (single lists, equal, random, RRF,
   round-robin, entropy and DEPS, the last two with a text encoder);
-* ``retrieved``: a run of its own, not a fusion (the manual rewrites).
+* ``retrieved``: a run of its own, not a fusion (the manual rewrites);
+* ``representation``: one search per turn with a fused query (query-representation
+  fusion, paper Table 4): the turn's three query vectors summed with APCIR's
+  weights for the turn's level. It needs the index, so ``apcir run`` builds it
+  (:func:`apcir.retrieval.representation.search_fused_representation`).
 """
 
 from __future__ import annotations
@@ -76,7 +80,7 @@ class SystemSpec:
     label: str
     groups: tuple[str, ...]
     description: str
-    kind: Literal["tuned", "fixed", "retrieved"]
+    kind: Literal["tuned", "fixed", "retrieved", "representation"]
     build: Callable[[SystemInputs], Run] | None = None
     variant: Variant | None = None
     needs: tuple[str, ...] = ()
@@ -133,6 +137,9 @@ SYSTEMS.add(SystemSpec("rrf", "Reciprocal rank fusion", ("fusion",), "RRF, k = 6
                        build=lambda x: rrf(x.lists, x.rrf_k, x.depth)))
 SYSTEMS.add(SystemSpec("round-robin", "Round-robin", ("fusion",), "rank 1 of each list, then rank 2, ...", "fixed",
                        build=lambda x: round_robin(x.lists, x.depth)))
+SYSTEMS.add(SystemSpec("qr-fusion", "Query representation fusion", ("fusion",),
+                       "one query per turn: w1*E(q') + w2*E(q'+r') + w3*E(third) with APCIR's level weights, "
+                       "searched once", "representation"))
 
 
 def tuned_names(names: Sequence[str]) -> list[str]:
