@@ -31,13 +31,15 @@ def test_demo_compares_every_system_and_is_valid(demo):
     metrics = report.metrics
     assert metrics is not None
     for system in ("apcir", "list-rewrite", "list-rewrite_response", "list-third", "equal", "no-personalisation",
-                   "rrf", "manual"):
+                   "rrf", "manual", "qr-fusion"):
         assert system in metrics.systems, system
     assert metrics.protocol.startswith("5-fold cross-validation by conversation")
     assert len(metrics.systems["apcir"].per_turn) == 74, "every judged turn of ikat23-test-provenance"
     assert report.llm_requests == 0, "the heuristic reformulator needs no LLM"
     assert validate_submission(config.run_dir / "submission.json", datasets.topics("ikat23-test")) == []
     assert (config.run_dir / "report" / "report.md").exists()
+    assert metrics.backend == "embedded" and metrics.encoder == "splade-tiny" and metrics.rerankers == {}
+    assert len(metrics.systems["qr-fusion"].per_turn) == 74  # query-representation fusion, out-of-fold weights
 
 
 def test_demo_rerun_reuses_everything(demo):

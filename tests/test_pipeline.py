@@ -10,6 +10,7 @@ from fake_openai import FakeOpenAI, Reply, default_content
 
 from apcir import datasets
 from apcir.contract.levels import load_levels
+from apcir.contract.runs import load_run
 from apcir.experiment.config import ExperimentConfig
 from apcir.experiment.pipeline import run_experiment
 
@@ -46,8 +47,9 @@ def test_second_run_makes_no_llm_requests_and_no_retrieval_calls(small, tmp_path
         cfg = config(small, server)
         first = run_experiment(cfg, progress=False)
         assert server.count == len(chosen) == first.llm_requests
-        assert first.retrieval_calls == 4 * len(chosen)  # three lists + the manual rewrite
         run_dir = cfg.run_dir
+        qr_fusion = load_run(run_dir / "systems" / "qr-fusion.run")  # one search per evaluated turn
+        assert first.retrieval_calls == 4 * len(chosen) + len(qr_fusion)  # three lists, the manual rewrite
         for name in ("fused.run", "submission.json", "metrics.json", "weights.json", "weights-folds.json",
                      "levels.tsv", "environment.json", "config.json", "timings.json"):
             assert (run_dir / name).exists(), name

@@ -154,3 +154,9 @@ def test_the_grid_from_two_retrievers(small, t5, tmp_path, run_cli):
     row = next(line for line in grid.splitlines() if line.startswith("| dense (splade-tiny) |"))
     value = 100 * metrics["systems"]["apcir+monot5"]["means"][metrics["measures"][0]]
     assert row.split("|")[3].strip() == f"{value:.1f}"
+    # the same system from the command line, with the weights a run wrote
+    code, out, err = run_cli("retrieve", "--index", str(dense_index), "--queries", str(dense / "reformulations.jsonl"),
+                             "--qr-fusion", str(dense / "weights.json"), "--k", "50", "--out", str(tmp_path / "qr.run"))
+    assert code == 0, err
+    qr = load_run(tmp_path / "qr.run")
+    assert len(qr) == len(small[3]) and all(len(hits) == 50 for hits in qr.values())

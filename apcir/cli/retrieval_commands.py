@@ -111,12 +111,19 @@ def retrieve_command(
         None, "--backend", help="For a Lucene index without an apcir manifest: lucene-bm25 (default) or "
         "lucene-splade (an impact index, queried with --encoder).",
     ),
+    qr_fusion: Path | None = typer.Option(
+        None, "--qr-fusion", help="Query-representation fusion (paper Table 4): with a reformulations JSONL, one "
+        "query per turn, the three inputs' vectors summed with the weights of the turn's level in this weights.json.",
+    ),
 ) -> None:
     """Retrieve the top-k passages for every query into a TREC run file (one per field)."""
     from apcir.retrieval.backends import open_index
     from apcir.retrieval.queries import load_queries
     from apcir.retrieval.stage import retrieve_lists
 
+    if qr_fusion is not None:
+        _qr_fusion_command(index, queries, qr_fusion, field, k, out, tag, encoder, device, threads, backend_name)
+        return
     fields = [f.strip() for f in field.split(",") if f.strip()] if field else [None]
     query_sets = {f: load_queries(queries, f) for f in fields}
     skipped = next(iter(query_sets.values())).skipped
@@ -148,6 +155,40 @@ def retrieve_command(
             highlight=False,
         )
     console.print(f"{len(outs)} run(s) in {seconds:.1f} s", highlight=False)
+
+
+def _qr_fusion_command(index: Path, queries: Path, weights_path: Path, field: str | None, k: int, out: Path,
+                      tag: str, encoder: str | None, device: str | None, threads: int,
+                      backend_name: str | None) -> None:
+    from apcir.contract.reformulations import load_reformulations
+    from apcir.contract.runs import write_run
+    from apcir.contract.weights import load_weights
+    from apcir.retrieval.backends import open_index
+    from apcir.retrieval.queries import is_jsonl
+    from apcir.retrieval.representation import search_fused_representation
+
+    if field is not None or not queries.is_file() or not is_jsonl(queries):
+        raise ApcirError("--qr-fusion takes a reformulations JSONL as --queries (all three inputs, no --field)")
+    weights = load_weights(weights_path)
+    if weights.n_weights != len(LIST_NAMES):
+        raise ApcirError(f"--qr-fusion needs {len(LIST_NAMES)} weights per level, the file has {weights.n_weights}",
+                         path=weights_path)
+    check_writable(out, "run file")
+    inputs, turn_weights = {}, {}
+    for turn, record in load_reformulations(queries).items():
+        if record.output is None:
+            err_console.print(f"[yellow]warning:[/] turn {turn} skipped: {record.error}", highlight=False)
+            continue
+        if record.output.level not in weights.levels:
+            raise ApcirError(f"turn {turn} has level {record.output.level}, which the weights file lacks",
+                             path=weights_path)
+        inputs[turn] = [record.list_inputs()[name] for name in LIST_NAMES]
+        turn_weights[turn] = tuple(weights.levels[record.output.level].weights)
+    backend = open_index(index, encoder, device=device, threads=threads, backend=backend_name)
+    run = search_fused_representation(backend, inputs, turn_weights, k)
+    write_run(run, out, tag=tag, depth=k)
+    console.print(f"wrote {out}: {len(run)} turns, query-representation fusion with the weights of {weights_path}",
+                  highlight=False)
 
 
 def register(app: typer.Typer) -> None:
