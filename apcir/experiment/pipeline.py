@@ -30,11 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from rich.console import Console
 
 from apcir import datasets
 from apcir.contract.levels import load_levels, write_levels
-from apcir.contract.records import Turn
+from apcir.contract.records import Run, Turn
 from apcir.contract.reformulations import (
     LIST_NAMES,
     ReformulationRecord,
@@ -54,6 +55,46 @@ from apcir.reformulate.options import ReformulatorOptions
 from apcir.reformulate.stage import reformulate, stage_identity
 
 FUSION_FILE = "fusion.json"
+
+
+def query_vectors_path(run_path: Path) -> Path:
+    """Where the query vectors of a list's run are kept (``lists/third.run`` -> ``lists/third.qvec.npz``)."""
+    return run_path.with_suffix(".qvec.npz")
+
+
+class StoredVectors:
+    """DEPS's vectors from what retrieval already computed: query vectors as searched, passage vectors as indexed."""
+
+    def __init__(self, backend: Any, query_vectors: Path, records: dict[str, ReformulationRecord], texts: Any):
+        self.backend = backend
+        self.query_vectors = query_vectors
+        self.records = records
+        self.texts = texts
+
+    def personalised(self, turns: Any) -> dict[str, Any]:
+        from apcir.retrieval.stage import load_query_vectors
+
+        stored = load_query_vectors(self.query_vectors) if self.query_vectors.exists() else {}
+        missing = [t for t in turns if t not in stored and t in self.records and self.records[t].output is not None]
+        if missing:  # run directories from before query vectors were kept: encode those turns once
+            matrix = self.backend.encoder.encode_queries([self.records[t].list_inputs()["third"] for t in missing],
+                                                         progress=False)
+            stored.update({t: matrix[i] for i, t in enumerate(missing)})
+        dims = self.backend.vocab_size
+        return {t: (stored[t].toarray().ravel() if t in stored else np.zeros(dims, dtype=np.float32)) for t in turns}
+
+    def passages(self, ids: list[str]) -> Any:
+        from apcir.retrieval.backends import passage_vectors
+
+        matrix = passage_vectors(self.backend, ids)
+        if matrix is None:  # a backend that does not keep vectors: encode the passages' texts
+            found = self.texts.texts(ids) if self.texts is not None else {}
+            lacking = [p for p in ids if p not in found]
+            if lacking:
+                raise ApcirError(f"DEPS needs the texts of {len(lacking)} passages the index does not keep, e.g. "
+                                 f"{lacking[0]}: configure retrieval.passages (or retrieval.collection)")
+            matrix = self.backend.encoder.encode_documents([found[p] for p in ids], progress=False)
+        return matrix.toarray()
 
 
 @dataclass
@@ -80,6 +121,15 @@ class Experiment:
         self.ledger = StageLedger(self.run_dir)
         self.report = RunReport(self.run_dir)
         self._backend: Any = None
+        self._written: dict[Path, Run] = {}
+
+    # ---- runs: what a stage wrote in this process is handed on without reading it back ----------
+    def write_run(self, run: Run, path: Path, tag: str, depth: int | None = None) -> None:
+        self._written[path] = write_run(run, path, tag=tag, depth=depth)
+
+    def read_run(self, path: Path) -> Run:
+        """The run at ``path``: as written by this process (the same content), else read from disk."""
+        return self._written[path] if path in self._written else load_run(path)
 
     def say(self, message: str) -> None:
         self.console.print(message, highlight=False, soft_wrap=True)
@@ -150,15 +200,23 @@ class Experiment:
         inputs = {"reformulations": source, "index": index_dir, "k": cfg.k, "fields": fields,
                   "backend": cfg.backend, "encoder": cfg.encoder if cfg.uses_encoder else None}
 
+        vectors = {key: query_vectors_path(path) for key, path in outs.items()} if cfg.uses_encoder else {}
+
         def work() -> str:
             queries = {key: list_queries(records, field) for key, field in fields.items()}
             tags = {key: f"{self.config.name}-{key}" for key in fields}
-            retrieve_lists(self.backend(index_dir), queries, outs, tags, k=cfg.k, progress=self.progress)
+            retrieve_lists(self.backend(index_dir), queries, outs, tags, k=cfg.k, progress=self.progress,
+                           save_vectors=vectors, write=self.write_run)
             count = sum(len(q) for q in queries.values())
             self.report.retrieval_calls += count
             return f"{count} queries"
 
-        self.stage(name, inputs, list(outs.values()), work)
+        self.stage(name, inputs, [*outs.values(), *vectors.values()], work)
+
+    def passage_texts(self, index_dir: Path) -> Any:
+        from apcir.retrieval.stage import passage_texts_for
+
+        return passage_texts_for(self.config.retrieval, index_dir)
 
     # ---- the tuning leg (weights source "tune") ---------------------------------------------
     def tune(self, index_dir: Path, names: list[str]) -> dict[str, WeightsFile]:
@@ -187,7 +245,7 @@ class Experiment:
 
         def work() -> str:
             target = FusionInputs(
-                lists=[load_run(p) for p in lists.values()], levels=levels_of(records),
+                lists=[self.read_run(p) for p in lists.values()], levels=levels_of(records),
                 qrels=datasets.qrels(tune_qrels), qrels_name=tune_qrels,
                 run_names=[str(p) for p in lists.values()], levels_name=str(refs),
             )
@@ -202,11 +260,10 @@ class Experiment:
 
     # ---- stage 3: fusion ---------------------------------------------------------------------
     def fuse(self, turns: list[Turn], records: dict[str, ReformulationRecord], list_paths: list[Path],
-             given: dict[str, WeightsFile] | None, tuning_inputs: list[Path]) -> None:
+             given: dict[str, WeightsFile] | None, tuning_inputs: list[Path], index_dir: Path) -> None:
         """Every system's run (``systems/``), the run to submit (``fused.run``) and the weights."""
-        from apcir.fusion.encoders import text_encoder
         from apcir.fusion.protocol import FusionInputs, tuned_systems
-        from apcir.fusion.systems import SystemInputs, deps_passage_ids, fixed_systems
+        from apcir.fusion.systems import SystemInputs, fixed_systems
 
         cfg = self.config
         run_dir = self.run_dir
@@ -215,21 +272,24 @@ class Experiment:
         qrels_name = cfg.evaluation.qrels
         if weights_cfg.source == "cv" and qrels_name is None:
             raise ApcirError("fusion.weights.source = 'cv' needs evaluation.qrels (cross-validation tunes on them)")
+        third_vectors = query_vectors_path(run_dir / "lists" / "third.run")
         passages_source = cfg.retrieval.passages_source
-        encoder_name = cfg.retrieval.encoder if cfg.retrieval.uses_encoder else "tfidf"
         inputs: dict[str, Any] = {
             "name": cfg.name,
             "lists": list_paths, "levels": run_dir / "levels.tsv", "fusion": cfg.fusion.model_dump(mode="json"),
             "qrels": datasets.qrels_path(qrels_name) if qrels_name else None,
             "rel_threshold": cfg.evaluation.rel_threshold,
             "reformulations": run_dir / "reformulations.jsonl", "topics": datasets.topics_path(cfg.topics),
+            "weights": tuning_inputs,
+            # what entropy and DEPS read: the index (its vectors and encoder), the personalised query vectors, texts
+            "index": index_dir, "encoder": cfg.retrieval.encoder if cfg.retrieval.uses_encoder else "tfidf",
+            "query_vectors": third_vectors if third_vectors.exists() else None,
             "passages": datasets.collection_path(passages_source) if passages_source else None,
-            "encoder": encoder_name, "weights": tuning_inputs,
         }
         outputs = [run_dir / "fused.run", run_dir / "weights.json", run_dir / "systems" / FUSION_FILE]
 
         def work() -> str:
-            lists = [load_run(p) for p in list_paths]
+            lists = [self.read_run(p) for p in list_paths]
             levels = load_levels(run_dir / "levels.tsv")
             qrels = datasets.qrels(qrels_name) if qrels_name else None
             target = FusionInputs(lists=lists, levels=levels, qrels=qrels, qrels_name=qrels_name or "",
@@ -242,24 +302,17 @@ class Experiment:
             systems = dict(tuned.runs)
             fixed = [n for n in names if n not in systems]
             if fixed:
-                profiles = {t.turn_id: list(t.ptkb.values()) for t in turns}
-                personalised = {t: r.output.personalised_text for t, r in records.items() if r.output is not None}
-                needs_texts = any(n in ("entropy", "deps") for n in fixed)
-                passages = (datasets.passage_texts(datasets.collection_path(passages_source), deps_passage_ids(lists))
-                            if passages_source and "deps" in fixed else {})
-                corpus = [s for st in profiles.values() for s in st] + list(passages.values())
-                encode = text_encoder(encoder_name, corpus if encoder_name == "tfidf" else None) if needs_texts \
-                    else None
-                systems.update(fixed_systems(SystemInputs(
-                    lists=lists, norm=cfg.fusion.norm, depth=cfg.fusion.depth, seed=weights_cfg.seed,
-                    rrf_k=cfg.fusion.rrf_k, profiles=profiles, personalised=personalised, passages=passages,
-                    encode=encode), fixed))
+                system_inputs = SystemInputs(lists=lists, norm=cfg.fusion.norm, depth=cfg.fusion.depth,
+                                             seed=weights_cfg.seed, rrf_k=cfg.fusion.rrf_k)
+                if any(n in ("entropy", "deps") for n in fixed):
+                    self._text_inputs(system_inputs, turns, records, index_dir, third_vectors, "deps" in fixed)
+                systems.update(fixed_systems(system_inputs, fixed))
             manual = run_dir / "lists" / "manual.run"
             if "manual" in names and manual.exists():
-                systems["manual"] = load_run(manual)
+                systems["manual"] = self.read_run(manual)
             for name, run in systems.items():
-                write_run(run, run_dir / "systems" / f"{name}.run", tag=f"{cfg.name}-{name}", depth=cfg.fusion.depth)
-            write_run(tuned.submission, run_dir / "fused.run", tag=cfg.name, depth=cfg.fusion.depth)
+                self.write_run(run, run_dir / "systems" / f"{name}.run", f"{cfg.name}-{name}", cfg.fusion.depth)
+            self.write_run(tuned.submission, run_dir / "fused.run", cfg.name, cfg.fusion.depth)
             tuned.weights.save(run_dir / "weights.json")
             if tuned.folds:
                 write_json(run_dir / "weights-folds.json", [w.model_dump(mode="json") for w in tuned.folds])
@@ -270,8 +323,37 @@ class Experiment:
 
         self.stage("fuse", inputs, outputs, work)
 
+    def _text_inputs(self, inputs: Any, turns: list[Turn], records: dict[str, ReformulationRecord],
+                     index_dir: Path, third_vectors: Path, deps: bool) -> None:
+        """What entropy and DEPS read, without encoding anything the retrieval stage already encoded.
+
+        With a SPLADE index: the profile statements are encoded by the index's
+        model; DEPS reads the personalised queries' vectors as they were
+        retrieved and the passages' vectors as they were indexed. With BM25:
+        TF-IDF vectors, IDF from the statements and the passages DEPS reads.
+        """
+        from apcir.fusion.encoders import MemoEncoder
+        from apcir.fusion.systems import deps_passage_ids
+        from apcir.retrieval.backends import VectorBackend
+
+        inputs.profiles = {t.turn_id: list(t.ptkb.values()) for t in turns}
+        backend = self.backend(index_dir)
+        if isinstance(backend, VectorBackend) and backend.encoder is not None:
+            encoder = backend.encoder
+            inputs.encode = MemoEncoder(lambda texts: encoder.encode_documents(texts, progress=False).toarray())
+            if deps:
+                inputs.vectors = StoredVectors(backend, third_vectors, records, self.passage_texts(index_dir))
+            return
+        from apcir.fusion.baselines import tfidf_encoder
+
+        inputs.personalised = {t: r.output.personalised_text for t, r in records.items() if r.output is not None}
+        store = self.passage_texts(index_dir)
+        inputs.passages = store.texts(deps_passage_ids(inputs.lists)) if deps and store is not None else {}
+        corpus = [s for statements in inputs.profiles.values() for s in statements] + list(inputs.passages.values())
+        inputs.encode = tfidf_encoder(corpus)
+
     # ---- stage 4: export ---------------------------------------------------------------------
-    def export(self, turns: list[Turn], records: dict[str, ReformulationRecord]) -> Path:
+    def export(self, turns: list[Turn], records: dict[str, ReformulationRecord], index_dir: Path) -> Path:
         from apcir.export.common import SubmissionInputs
         from apcir.export.stage import write_submission
 
@@ -284,11 +366,11 @@ class Experiment:
                   "export": cfg.export.model_dump(mode="json")}
 
         def work() -> str:
-            fused = load_run(self.run_dir / "fused.run")
+            fused = self.read_run(self.run_dir / "fused.run")
             used_top = 5
             needed = {p for hits in fused.values() for p, _ in ranking(hits, used_top)}
-            passages = (datasets.passage_texts(datasets.collection_path(passages_source), needed)
-                        if passages_source else {})
+            store = self.passage_texts(index_dir)
+            passages = store.texts(needed) if store is not None else {}
             inputs_ = SubmissionInputs(run=fused, turns=turns, run_name=cfg.name, run_type=cfg.export.run_type,
                                        team_id=cfg.export.team_id, reformulations=records, passages=passages,
                                        mode=cfg.export.text, used_top=used_top)
@@ -315,7 +397,7 @@ class Experiment:
 
         def work() -> str:
             metrics = evaluate_systems(
-                {name: load_run(path) for name, path in system_files.items()}, datasets.qrels(qrels_name), turns,
+                {name: self.read_run(path) for name, path in system_files.items()}, datasets.qrels(qrels_name), turns,
                 load_levels(self.run_dir / "levels.tsv"), cfg.evaluation, name=cfg.name, topics=cfg.topics,
                 protocol=fusion["protocol"], tuned_on_test=fusion["tuned_on_test"],
             )
@@ -383,8 +465,8 @@ def _run(config: ExperimentConfig, console: Console, progress: bool) -> RunRepor
             raise ApcirError("fusion.weights.source = 'file' needs fusion.weights.file (a weights.json)")
         given = {"apcir": load_weights(weights_cfg.file)}
         tuning_inputs = [Path(weights_cfg.file)]
-    exp.fuse(turns, records, list(list_paths.values()), given, tuning_inputs)
-    submission = exp.export(turns, records)
+    exp.fuse(turns, records, list(list_paths.values()), given, tuning_inputs, index_dir)
+    submission = exp.export(turns, records, index_dir)
     exp.evaluate(turns)
     _check_outputs(exp, turns, submission)
     write_json(run_dir / "timings.json", {o.name: round(o.seconds, 3) for o in exp.report.outcomes}

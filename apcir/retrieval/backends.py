@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
+
+import scipy.sparse as sp
 
 from apcir.contract.records import Run
 from apcir.contract.reformulations import QueryInput
@@ -21,6 +23,26 @@ class Backend(Protocol):
     def manifest(self) -> IndexManifest | None: ...
 
     def search(self, queries: Mapping[str, QueryInput], k: int = 1000, *, progress: bool = True) -> Run: ...
+
+
+@runtime_checkable
+class VectorBackend(Backend, Protocol):
+    """A backend that searches query vectors (SPLADE): queries can be encoded once and searched as vectors."""
+
+    @property
+    def encoder(self) -> SpladeEncoder | None: ...
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def search_vectors(self, turn_ids: list[str], matrix: sp.csr_matrix, k: int = 1000, *,
+                       progress: bool = True) -> Run: ...
+
+
+def passage_vectors(backend: Backend, ids: list[str]) -> sp.csr_matrix | None:
+    """The stored vectors of passages ``ids`` when the backend keeps them (the embedded index), else None."""
+    lookup = getattr(backend, "passage_vectors", None)
+    return lookup(ids) if callable(lookup) else None
 
 
 def open_index(

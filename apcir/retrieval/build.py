@@ -35,6 +35,7 @@ from apcir.console import warn
 from apcir.contract.records import Passage
 from apcir.datasets.collection import _passage as passage_from_record
 from apcir.datasets.registry import collection_path
+from apcir.datasets.store import OFFSETS, build_offsets
 from apcir.errors import ApcirError
 from apcir.io import atomic_write, write_json, write_text
 from apcir.retrieval.encoder import DEFAULT_MODEL, SpladeEncoder, canonical_model_name
@@ -50,7 +51,7 @@ from apcir.retrieval.registry import BACKENDS, BackendSpec
 
 WORK = "_build"
 CHUNK_SIZE = 10_000
-OWNED_OUTPUTS = (MANIFEST, "postings.npz", "ids.txt", "lucene", WORK)
+OWNED_OUTPUTS = (MANIFEST, "postings.npz", "ids.txt", "lucene", WORK, OFFSETS)
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,8 @@ def build_index(
     if (out / MANIFEST).exists():
         status = index_status(out, path, backend, model, doc_max_length)
         if status.up_to_date and not overwrite:
+            if not (out / OFFSETS).exists():  # an index from before passage offsets were kept beside it
+                build_offsets(path, out / OFFSETS)
             return BuildResult("up-to-date", out, status.manifest, f"{out} is up to date ({status.manifest.describe()})")  # type: ignore[union-attr]
         if not overwrite:
             raise ApcirError(f"an index already exists here and differs: {status.reason}; pass --overwrite to replace it", path=out)
@@ -445,6 +448,7 @@ def _merge(out: Path, plan: BuildPlan, encoder: SpladeEncoder, spec: BackendSpec
         apcir_version=__version__,
         **facts,
     )
+    build_offsets(Path(plan.collection.path), out / OFFSETS)
     write_manifest(out, manifest)
     shutil.rmtree(work, ignore_errors=True)
     return manifest
@@ -468,6 +472,7 @@ def _build_from_texts(spec: BackendSpec, path: Path, name: str, out: Path, threa
         apcir_version=__version__,
         **facts,
     )
+    build_offsets(path, out / OFFSETS)
     write_manifest(out, manifest)
     shutil.rmtree(work, ignore_errors=True)
     return BuildResult("built", out, manifest, f"built {manifest.describe()} in {out}", 0, manifest.build_seconds)

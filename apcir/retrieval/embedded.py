@@ -65,9 +65,9 @@ def write_index(
 
 def open_index(folder: Path, manifest: IndexManifest | None, encoder: SpladeEncoder | None, *,
                threads: int) -> EmbeddedIndex:
-    """The backend's ``open``."""
-    if manifest is None or encoder is None:
-        raise ApcirError("an embedded index needs its manifest and a query encoder", path=folder)
+    """The backend's ``open`` (``encoder`` None: only pre-encoded queries can be searched)."""
+    if manifest is None:
+        raise ApcirError("an embedded index needs its manifest", path=folder)
     return EmbeddedIndex(folder, manifest, encoder)
 
 
@@ -118,25 +118,52 @@ def search_matrix(
 
 
 class EmbeddedIndex:
-    """Exact SPLADE search over an embedded index."""
+    """Exact SPLADE search over an embedded index (a vector backend: see :class:`~apcir.retrieval.backends.VectorBackend`)."""
 
-    def __init__(self, index_dir: Path, manifest: IndexManifest, encoder: SpladeEncoder) -> None:
+    def __init__(self, index_dir: Path, manifest: IndexManifest, encoder: SpladeEncoder | None) -> None:
         self.index_dir = index_dir
         self.manifest = manifest
         self.encoder = encoder
         self.postings, self.ids = load_embedded(index_dir)
-        if self.postings.shape[0] != encoder.vocab_size:
+        if encoder is not None and self.postings.shape[0] != encoder.vocab_size:
             raise ApcirError(
                 f"index vocabulary has {self.postings.shape[0]} entries but {encoder.name} has {encoder.vocab_size}",
                 path=index_dir,
             )
+        self._position: dict[str, int] | None = None
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.postings.shape[0])
 
     def search(self, queries: Mapping[str, QueryInput], k: int = 1000, *, progress: bool = True) -> Run:
         """Top-k passages per turn: ``{turn_id: {passage_id: score}}``."""
         check_k(k)
+        if self.encoder is None:
+            raise ApcirError("this index was built from precomputed vectors without an encoder: search it with "
+                             "pre-encoded queries (--query-vectors)", path=self.index_dir)
         turn_ids = list(queries)
         matrix = self.encoder.encode_queries([queries[t] for t in turn_ids], progress=progress)
+        return self.search_vectors(turn_ids, matrix, k, progress=progress)
+
+    def search_vectors(self, turn_ids: list[str], matrix: sp.csr_matrix, k: int = 1000, *,
+                       progress: bool = True) -> Run:
+        """Top-k passages for already encoded queries (one row of ``matrix`` per turn)."""
+        check_k(k)
+        if matrix.shape[1] != self.vocab_size:
+            raise ApcirError(f"query vectors have {matrix.shape[1]} dimensions, the index {self.vocab_size}",
+                             path=self.index_dir)
         return dict(zip(turn_ids, search_matrix(self.postings, self.ids, matrix, k, progress)))
+
+    def passage_vectors(self, ids: list[str]) -> sp.csr_matrix:
+        """The indexed vectors of passages ``ids`` (one row each; an id not in the index is an error)."""
+        if self._position is None:
+            self._position = {pid: i for i, pid in enumerate(self.ids)}
+        try:
+            columns = [self._position[pid] for pid in ids]
+        except KeyError as exc:
+            raise ApcirError(f"passage {exc.args[0]} is not in the index", path=self.index_dir) from None
+        return sp.csr_matrix(self.postings[:, columns].T, dtype=np.float32)
 
 
 def check_k(k: int) -> None:
