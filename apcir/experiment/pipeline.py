@@ -334,12 +334,12 @@ class Experiment:
         """
         from apcir.fusion.encoders import MemoEncoder
         from apcir.fusion.systems import deps_passage_ids
-        from apcir.retrieval.backends import VectorBackend
+        from apcir.retrieval.backends import VectorBackend, can_encode
 
         inputs.profiles = {t.turn_id: list(t.ptkb.values()) for t in turns}
         backend = self.backend(index_dir)
-        if isinstance(backend, VectorBackend) and backend.encoder is not None:
-            encoder = backend.encoder
+        if isinstance(backend, VectorBackend) and can_encode(backend):
+            encoder: Any = backend.encoder
             inputs.encode = MemoEncoder(lambda texts: encoder.encode_documents(texts, progress=False).toarray())
             if deps:
                 inputs.vectors = StoredVectors(backend, third_vectors, records, self.passage_texts(index_dir))

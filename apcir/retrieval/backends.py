@@ -39,6 +39,11 @@ class VectorBackend(Backend, Protocol):
                        progress: bool = True) -> Run: ...
 
 
+def can_encode(backend: Backend) -> bool:
+    """Whether the backend can encode text queries itself (a model, not just a vocabulary)."""
+    return hasattr(getattr(backend, "encoder", None), "encode_queries")
+
+
 def passage_vectors(backend: Backend, ids: list[str]) -> sp.csr_matrix | None:
     """The stored vectors of passages ``ids`` when the backend keeps them (the embedded index), else None."""
     lookup = getattr(backend, "passage_vectors", None)
@@ -86,6 +91,13 @@ def open_index(
     spec = BACKENDS.get(manifest.backend)
     if backend is not None and backend != spec.name:
         raise ApcirError(f"this is a {spec.name} index, not {backend}", path=folder)
+    if manifest.source == "vectors" and manifest.model is None:
+        from apcir.retrieval.vectors import Vocabulary
+
+        if encoder:
+            raise ApcirError("this index was built from precomputed vectors with their own tokens, not with a "
+                             "model: it cannot encode text queries; search it with --query-vectors", path=folder)
+        return spec.call("open", folder, manifest, Vocabulary.load(folder), threads=threads)  # type: ignore[no-any-return]
     if spec.encoder is None:
         if isinstance(encoder, SpladeEncoder) or encoder:
             raise ApcirError(f"{folder} is a {spec.name} index; it takes no query encoder", path=folder)

@@ -51,7 +51,7 @@ from apcir.retrieval.registry import BACKENDS, BackendSpec
 
 WORK = "_build"
 CHUNK_SIZE = 10_000
-OWNED_OUTPUTS = (MANIFEST, "postings.npz", "ids.txt", "lucene", WORK, OFFSETS)
+OWNED_OUTPUTS = (MANIFEST, "postings.npz", "ids.txt", "lucene", WORK, OFFSETS, "vocab.txt")
 
 
 @dataclass(frozen=True)
@@ -188,6 +188,78 @@ def build_index(
         )
     manifest = _merge(out, plan, get_encoder(), spec, threads, started)
     return BuildResult("built", out, manifest, f"built {manifest.describe()} in {out}", encoded, manifest.build_seconds)
+
+
+def build_from_vectors(
+    collection: str | Path,
+    backend: str,
+    out_dir: str | Path,
+    encoder: str | None = None,
+    *,
+    threads: int = 2,
+    overwrite: bool = False,
+    chunk_size: int = CHUNK_SIZE,
+) -> BuildResult:
+    """Index a JsonVectorCollection (``{"id", "contents", "vector": {token: weight}}``) as it is: no encoding.
+
+    With ``encoder`` (a model name) tokens map through that model's vocabulary
+    (unknown tokens are counted and reported) and queries can be given as
+    text; without it the index keeps the file's own vocabulary, as a Lucene
+    impact index does, and is searched with pre-encoded queries
+    (``apcir retrieve --query-vectors``). The ``contents`` are the passage texts.
+    """
+    from apcir.retrieval.vectors import Vocabulary, describe_unknown, read_matrix
+
+    started = time.perf_counter()
+    spec = BACKENDS.get(backend)
+    if spec.encoder is None:
+        raise ApcirError(f"{backend} indexes texts; --vectors builds a backend that searches vectors "
+                         f"({', '.join(b.name for b in BACKENDS if b.encoder == 'splade')})")
+    out = Path(out_dir).expanduser()
+    path = collection_path(collection)
+    model = canonical_model_name(encoder) if encoder else None
+    if (out / MANIFEST).exists():
+        status = index_status(out, path, backend, model)
+        if status.up_to_date and not overwrite and status.manifest is not None and status.manifest.source == "vectors":
+            return BuildResult("up-to-date", out, status.manifest, f"{out} is up to date ({status.manifest.describe()})")
+        if not overwrite:
+            raise ApcirError(f"an index already exists here and differs: {status.reason}; pass --overwrite to replace it",
+                             path=out)
+    if overwrite:
+        remove_outputs(out)
+    out.mkdir(parents=True, exist_ok=True)
+    vocabulary: Any = SpladeEncoder(encoder) if encoder else None
+    token_ids = {t: i for i, t in enumerate(vocabulary.vocabulary)} if vocabulary is not None else None
+    matrix, ids, stats = read_matrix(path, token_ids)
+    if not ids:
+        raise ApcirError("the vector collection holds no passage: nothing was indexed", path=path)
+    check_unique(ids)
+    if stats.unknown:
+        warn(f"{path}: {describe_unknown(stats)}; they are left out")
+    empty = int(np.count_nonzero(np.diff(matrix.indptr) == 0))
+    if empty:
+        warn(f"{path}: {empty} passage(s) have no token in the vocabulary left; they match no query")
+    if vocabulary is None:
+        vocabulary = Vocabulary(list(stats.vocabulary))
+        vocabulary.save(out)
+    work = out / WORK
+    work.mkdir(parents=True, exist_ok=True)
+    chunks = ((ids[i:i + chunk_size], matrix[i:i + chunk_size]) for i in range(0, len(ids), chunk_size))
+    facts = spec.call("build", out, chunks, vocabulary, threads=threads, work=work)
+    lengths = {k: getattr(vocabulary, k) for k in ("query_max_length", "response_max_length", "doc_max_length")
+               if hasattr(vocabulary, k)}
+    manifest = IndexManifest(
+        backend=spec.name, model=model, vocab_size=vocabulary.vocab_size, collection=CollectionInfo.of(str(collection),
+                                                                                                       path),
+        passages=len(ids), source="vectors", weights="integer" if stats.integral else "float",
+        build_seconds=round(time.perf_counter() - started, 3), created=now_iso(), apcir_version=__version__,
+        **lengths, **facts,
+    )
+    build_offsets(path, out / OFFSETS)
+    write_manifest(out, manifest)
+    shutil.rmtree(work, ignore_errors=True)
+    return BuildResult("built", out, manifest, f"built {manifest.describe()} from vectors in {out}", 0,
+                       manifest.build_seconds)
 
 
 def remove_outputs(out: Path) -> None:

@@ -120,7 +120,7 @@ def search_matrix(
 class EmbeddedIndex:
     """Exact SPLADE search over an embedded index (a vector backend: see :class:`~apcir.retrieval.backends.VectorBackend`)."""
 
-    def __init__(self, index_dir: Path, manifest: IndexManifest, encoder: SpladeEncoder | None) -> None:
+    def __init__(self, index_dir: Path, manifest: IndexManifest, encoder: SpladeEncoder | Any | None) -> None:
         self.index_dir = index_dir
         self.manifest = manifest
         self.encoder = encoder
@@ -139,11 +139,11 @@ class EmbeddedIndex:
     def search(self, queries: Mapping[str, QueryInput], k: int = 1000, *, progress: bool = True) -> Run:
         """Top-k passages per turn: ``{turn_id: {passage_id: score}}``."""
         check_k(k)
-        if self.encoder is None:
-            raise ApcirError("this index was built from precomputed vectors without an encoder: search it with "
+        if not hasattr(self.encoder, "encode_queries"):
+            raise ApcirError("this index was built from precomputed vectors without a model: search it with "
                              "pre-encoded queries (--query-vectors)", path=self.index_dir)
         turn_ids = list(queries)
-        matrix = self.encoder.encode_queries([queries[t] for t in turn_ids], progress=progress)
+        matrix = self.encoder.encode_queries([queries[t] for t in turn_ids], progress=progress)  # type: ignore[union-attr]
         return self.search_vectors(turn_ids, matrix, k, progress=progress)
 
     def search_vectors(self, turn_ids: list[str], matrix: sp.csr_matrix, k: int = 1000, *,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import scipy.sparse as sp
@@ -18,7 +18,7 @@ from apcir.contract.reformulations import QueryInput, ReformulationRecord
 from apcir.contract.runs import write_run
 from apcir.errors import ApcirError
 from apcir.io import atomic_write
-from apcir.retrieval.backends import Backend, VectorBackend, open_index
+from apcir.retrieval.backends import Backend, VectorBackend, can_encode, open_index
 from apcir.retrieval.manifest import is_foreign_lucene
 from apcir.retrieval.settings import RetrievalSettings
 
@@ -78,9 +78,10 @@ def retrieve_lists(
         asked = {turn: query for turn, query in field_queries.items() if turn not in set(empty)}
         if not asked:
             runs[field] = {}
-        elif isinstance(backend, VectorBackend) and backend.encoder is not None:
+        elif isinstance(backend, VectorBackend) and can_encode(backend):
             turn_ids = list(asked)
-            matrix = backend.encoder.encode_queries([asked[t] for t in turn_ids], progress=progress)
+            encoder: Any = backend.encoder
+            matrix = encoder.encode_queries([asked[t] for t in turn_ids], progress=progress)
             if save_vectors and field in save_vectors:
                 save_query_vectors(save_vectors[field], turn_ids, matrix)
             runs[field] = backend.search_vectors(turn_ids, matrix, k, progress=progress)
@@ -148,3 +149,62 @@ def passage_texts_for(settings: RetrievalSettings, index_dir: Path) -> PassageTe
         if read_manifest(index_dir).collection.same_file_contents(path):
             offsets = index_dir / OFFSETS
     return store_for(path, offsets)
+
+
+def search_query_vectors(backend: Backend, path: Path, k: int) -> Run:
+    """Search pre-encoded queries: a JsonVectorCollection whose ids are turn ids (``--query-vectors``).
+
+    Tokens map through the index's vocabulary (unknown ones are counted and
+    reported). Queries quantised otherwise than the index (integer weights for
+    a float index, or the reverse) are refused: their scores would not compare.
+    """
+    from apcir.ids import canonical_turn_id
+    from apcir.retrieval.vectors import describe_unknown, read_matrix
+
+    if not isinstance(backend, VectorBackend):
+        raise ApcirError("pre-encoded queries need an index of vectors (embedded or lucene-splade), not BM25")
+    vocabulary = getattr(backend.encoder, "vocabulary", None)
+    if vocabulary is None:
+        raise ApcirError("this index has no vocabulary to map query tokens through")
+    matrix, ids, stats = read_matrix(path, {token: i for i, token in enumerate(vocabulary)})
+    if not ids:
+        raise ApcirError("no query vector in the file", path=path)
+    if stats.unknown:
+        warn(f"{path}: {describe_unknown(stats)}; they are left out")
+    manifest = backend.manifest
+    index_integer = manifest is not None and manifest.weights == "integer"
+    if stats.integral != index_integer:
+        index_kind = "quantised (integer) weights" if index_integer else "float weights"
+        query_kind = "integer weights" if stats.integral else "float weights"
+        raise ApcirError(f"the index holds {index_kind} but the queries have {query_kind}: quantise both the same "
+                         "way (e.g. round(100 * w)), or neither", path=path)
+    turn_ids = []
+    for raw in ids:
+        try:
+            turn_ids.append(canonical_turn_id(raw))
+        except ApcirError:
+            turn_ids.append(raw)
+    if len(set(turn_ids)) != len(turn_ids):
+        raise ApcirError("a turn id appears twice", path=path)
+    matrix = sp.csr_matrix(matrix[:, : backend.vocab_size], shape=(matrix.shape[0], backend.vocab_size))
+    return backend.search_vectors(turn_ids, matrix, k)
+
+
+def export_vectors(backend: Backend, out: Path, *, integer_scale: float | None = None, with_text: bool = False) -> int:
+    """The passage vectors an index keeps, as a JsonVectorCollection; returns the number of passages."""
+    from apcir.datasets.store import store_for
+    from apcir.retrieval.vectors import write_vectors
+
+    ids = getattr(backend, "ids", None)
+    vectors = getattr(backend, "passage_vectors", None)
+    vocabulary = getattr(getattr(backend, "encoder", None), "vocabulary", None)
+    if ids is None or vectors is None or vocabulary is None:
+        raise ApcirError("only an embedded index keeps its passage vectors; export them from one")
+    contents = None
+    if with_text:
+        manifest = backend.manifest
+        assert manifest is not None
+        texts = store_for(Path(manifest.collection.path)).texts(ids)
+        contents = [texts.get(pid, "") for pid in ids]
+    return write_vectors(out, list(ids), vectors(list(ids)), list(vocabulary), contents=contents,
+                         integer_scale=integer_scale)
