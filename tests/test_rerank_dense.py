@@ -63,7 +63,7 @@ def test_faiss_index_from_the_same_vectors_agrees_and_pyserini_opens_it(dense, q
     result = build_index("ikat23-provenance", "dense-faiss", root / "faiss", "splade-tiny", progress=False,
                          vectors_from=root / "dense")
     assert result.status == "built" and result.passages_encoded == 0
-    assert {p.name for p in (root / "faiss").iterdir()} == {"index", "docid", "manifest.json"}
+    assert {"index", "docid", "manifest.json"} <= {p.name for p in (root / "faiss").iterdir()}
     faiss_index = open_index(root / "faiss")
     exact = index.search(queries, k=20, progress=False)
     approx = faiss_index.search(queries, k=20, progress=False)

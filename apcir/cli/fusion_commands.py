@@ -287,7 +287,8 @@ def baseline_command(
                                 FusionInputs, tune_variants, pooled_run)
     else:
         inputs = SystemInputs(lists=run_list, norm=norm, depth=depth, seed=seed, rrf_k=rrf_k)
-        if "profiles" in spec.needs:
+        needs = {need for group in spec.needs for need in group}
+        if "profiles" in needs:
             if topics is None:
                 raise ApcirError(f"{name} needs --topics (for each conversation's PTKB)")
             by_turn = {t.turn_id: list(t.ptkb.values()) for t in datasets.topics(topics)}
@@ -295,7 +296,7 @@ def baseline_command(
             if missing:
                 raise ApcirError(f"{len(missing)} turn(s) of the runs are not in {topics}: {', '.join(missing[:10])}")
             inputs.profiles = {t: by_turn[t] for t in turns}
-        if "personalised" in spec.needs:
+        if "personalised" in needs:
             if reformulations is None or collection is None:
                 raise ApcirError(f"{name} needs --reformulations (personalised query) and --collection (passage texts)")
             records = load_reformulations(reformulations)
@@ -305,7 +306,7 @@ def baseline_command(
                     raise ApcirError(f"turn {turn}: no successful reformulation in {reformulations}")
             inputs.personalised = {t: records[t].output.personalised_text for t in turns}  # type: ignore[union-attr]
             inputs.passages = datasets.passage_texts(datasets.collection_path(collection), deps_passage_ids(run_list))
-        if "encode" in spec.needs:
+        if "encode" in needs:
             inputs.encode = text_encoder(encoder)
         fused = fixed_systems(inputs, [name])[name]
     write_run(fused, out, tag=tag or name.replace("-", "_"), depth=depth)

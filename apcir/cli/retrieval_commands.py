@@ -12,6 +12,7 @@ from apcir.cli.common import console, err_console, print_json
 from apcir.contract.reformulations import LIST_NAMES
 from apcir.errors import ApcirError
 from apcir.io import check_writable, check_writable_dir
+from apcir.retrieval.encoder import DEFAULT_MODEL
 from apcir.retrieval.registry import BACKENDS
 
 index_app = typer.Typer(help="Build and inspect retrieval indexes.", no_args_is_help=True)
@@ -24,9 +25,10 @@ def build_command(
     ),
     backend: str = typer.Option("embedded", "--backend", "-b", help=f"One of: {BACKENDS.help()}."),
     out: Path = typer.Option(..., "--out", "-o", help="Index directory to create (e.g. indexes/<name>)."),
-    encoder: str = typer.Option(
-        "naver/splade-v3", "--encoder", "-e",
-        help="SPLADE model: splade-tiny (bundled), a hub id or a local directory. Not used by backends without one.",
+    encoder: str | None = typer.Option(
+        None, "--encoder", "-e",
+        help="SPLADE model: splade-tiny (bundled), a hub id or a local directory (default naver/splade-v3; with "
+        "--vectors: none). Not used by backends without one.",
     ),
     shard: str | None = typer.Option(
         None, "--shard", help="Encode only shard i/N (from 0), e.g. 3/8; re-run without --shard to merge."
@@ -40,17 +42,28 @@ def build_command(
     vectors_from: Path | None = typer.Option(
         None, "--vectors-from", help="Reuse the passage vectors of this embedded index (same collection and model)."
     ),
+    vectors: bool = typer.Option(
+        False, "--vectors", help="The collection is a JsonVectorCollection ({id, contents, vector}): index its "
+        "vectors as they are, no encoding. With --encoder, tokens map through that model's vocabulary; without, "
+        "the index keeps the file's own tokens (search it with retrieve --query-vectors).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Build an index (resumable; an up-to-date index is left alone)."""
-    from apcir.retrieval.build import build_index
+    from apcir.retrieval.build import build_from_vectors, build_index
 
     check_writable_dir(out, "index directory")
-    result = build_index(
-        collection, backend, out, encoder=encoder, shard=shard, device=device, batch_size=batch_size,
-        doc_max_length=doc_max_length, chunk_size=chunk_size, threads=threads, overwrite=overwrite,
-        vectors_from=vectors_from,
-    )
+    if vectors:
+        if shard or vectors_from:
+            raise ApcirError("--vectors indexes precomputed vectors: --shard and --vectors-from do not apply")
+        result = build_from_vectors(collection, backend, out, encoder, threads=threads, overwrite=overwrite,
+                                    chunk_size=chunk_size)
+    else:
+        result = build_index(
+            collection, backend, out, encoder=encoder or DEFAULT_MODEL, shard=shard, device=device, batch_size=batch_size,
+            doc_max_length=doc_max_length, chunk_size=chunk_size, threads=threads, overwrite=overwrite,
+            vectors_from=vectors_from,
+        )
     if as_json:
         print_json(
             {
@@ -87,10 +100,34 @@ def info_command(
     console.print(table)
 
 
+@index_app.command("export-vectors")
+def export_vectors_command(
+    index: Path = typer.Argument(..., help="An embedded index directory (the backend that keeps its vectors)."),
+    out: Path = typer.Option(..., "--out", "-o", help="JsonVectorCollection JSONL to write."),
+    integer_scale: float | None = typer.Option(
+        None, "--integer-scale", help="Write integer impacts round(N * w), as Anserini's -impact indexes want "
+        "(e.g. 100); default: float weights.",
+    ),
+    with_text: bool = typer.Option(False, "--with-text", help="Fill 'contents' with the passage texts."),
+) -> None:
+    """Write an index's passage vectors as pyserini's JsonVectorCollection (for pyserini's own indexer)."""
+    from apcir.retrieval.backends import open_index
+    from apcir.retrieval.stage import export_vectors
+
+    check_writable(out, "vector collection")
+    count = export_vectors(open_index(index), out, integer_scale=integer_scale, with_text=with_text)
+    console.print(f"wrote {count} passage vectors to {out}; index them with pyserini: python -m "
+                  "pyserini.index.lucene --collection JsonVectorCollection --input DIR --index OUT --impact "
+                  "--pretokenized", highlight=False)
+
+
 def retrieve_command(
     index: Path = typer.Option(..., "--index", "-i", help="Index directory (apcir index, or a Lucene index for BM25)."),
-    queries: Path = typer.Option(
-        ..., "--queries", "-q", help="TSV turn_id<TAB>query[<TAB>response], or a reformulations JSONL."
+    queries: Path | None = typer.Option(
+        None, "--queries", "-q", help="TSV turn_id<TAB>query[<TAB>response], or a reformulations JSONL."
+    ),
+    query_vectors: Path | None = typer.Option(
+        None, "--query-vectors", help="Pre-encoded queries instead: a JsonVectorCollection whose ids are turn ids.",
     ),
     field: str | None = typer.Option(
         None, "--field", "-f",
@@ -117,13 +154,29 @@ def retrieve_command(
     ),
 ) -> None:
     """Retrieve the top-k passages for every query into a TREC run file (one per field)."""
+    from apcir.contract.runs import write_run
     from apcir.retrieval.backends import open_index
     from apcir.retrieval.queries import load_queries
     from apcir.retrieval.stage import retrieve_lists
 
+    if (queries is None) == (query_vectors is None):
+        raise ApcirError("give either --queries (texts) or --query-vectors (pre-encoded queries)")
     if qr_fusion is not None:
+        if queries is None:
+            raise ApcirError("--qr-fusion takes a reformulations JSONL as --queries")
         _qr_fusion_command(index, queries, qr_fusion, field, k, out, tag, encoder, device, threads, backend_name)
         return
+    if query_vectors is not None:
+        from apcir.retrieval.stage import search_query_vectors
+
+        check_writable(out, "run file")
+        backend = open_index(index, encoder, device=device, threads=threads, backend=backend_name)
+        run = search_query_vectors(backend, query_vectors, k)
+        write_run(run, out, tag=tag, depth=k)
+        console.print(f"wrote {out}: {len(run)} turns, {sum(len(h) for h in run.values())} hits (depth {k})",
+                      highlight=False)
+        return
+    assert queries is not None
     fields = [f.strip() for f in field.split(",") if f.strip()] if field else [None]
     query_sets = {f: load_queries(queries, f) for f in fields}
     skipped = next(iter(query_sets.values())).skipped

@@ -15,7 +15,7 @@ Reading is strict about the shape of each line and collects everything else
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +24,7 @@ import numpy as np
 from apcir.contract.records import Run
 from apcir.errors import ApcirError
 from apcir.ids import canonical_turn_id
-from apcir.io import atomic_write, iter_lines
+from apcir.io import atomic_write, iter_lines, read_bytes
 
 ORDER = "score as a 32-bit float descending, ties by passage id descending (trec_eval's order)"
 
@@ -71,7 +71,8 @@ def read_run_file(path: Path) -> RunFile:
     problems: list[str] = []
     tag = ""
     duplicates = 0
-    for number, line in iter_lines(path, "run file"):
+    turn_ids: dict[str, str] = {}  # as written -> canonical (a run has few distinct turns)
+    for number, line in _lines(path):
         fields = line.split()
         if not fields:
             continue
@@ -92,18 +93,23 @@ def read_run_file(path: Path) -> RunFile:
             rank = int(rank_text)
         except ValueError:
             raise ApcirError(f"rank {rank_text!r} is not an integer", path=path, line=number) from None
-        try:
-            turn_id = canonical_turn_id(turn)
-        except ApcirError as exc:
-            raise ApcirError(str(exc), path=path, line=number) from None
-        scores = run.setdefault(turn_id, {})
+        turn_id = turn_ids.get(turn)
+        if turn_id is None:
+            try:
+                turn_id = turn_ids[turn] = canonical_turn_id(turn)
+            except ApcirError as exc:
+                raise ApcirError(str(exc), path=path, line=number) from None
+        scores = run.get(turn_id)
+        if scores is None:
+            scores = run[turn_id] = {}
+            ranks[turn_id] = {}
         if passage in scores:
             duplicates += 1
             if duplicates <= 10:
                 problems.append(f"line {number}: duplicate passage {passage} for turn {turn_id} (first score kept)")
             continue
         scores[passage] = score
-        ranks.setdefault(turn_id, {})[passage] = rank
+        ranks[turn_id][passage] = rank
     if duplicates > 10:
         problems.append(f"{duplicates} duplicate (turn, passage) lines in all; the first 10 are listed")
     for turn_id in run:
@@ -111,19 +117,37 @@ def read_run_file(path: Path) -> RunFile:
     return RunFile(run=run, ranks=ranks, tag=tag, problems=problems)
 
 
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """The lines of a run file: decoded at once when it is valid UTF-8 (fast), else line by line (to name the line)."""
+    data = read_bytes(path, "run file")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        yield from iter_lines(path, "run file")
+        return
+    yield from enumerate(text.splitlines(), start=1)
+
+
 def load_run(path: Path) -> Run:
     """The scores of a run file (see :func:`read_run_file`)."""
     return read_run_file(path).run
 
 
-def write_run(run: Run, path: Path, tag: str = "apcir", depth: int | None = None) -> None:
-    """Write a TREC run atomically: turns sorted, hits in the ranking order (cut at ``depth``), ranks from 1."""
+def write_run(run: Run, path: Path, tag: str = "apcir", depth: int | None = None) -> Run:
+    """Write a TREC run atomically: turns sorted, hits in the ranking order (cut at ``depth``), ranks from 1.
+
+    Returns the run as written (each turn cut at ``depth``, in the ranking order).
+    """
     if any(c.isspace() for c in tag) or not tag:
         raise ApcirError(f"run tag {tag!r} must be one non-empty word")
+    written: Run = {}
     with atomic_write(path) as out:
         for turn_id in sorted(run):
-            for rank, (passage, score) in enumerate(ranking(run[turn_id], depth), start=1):
-                out.write(f"{turn_id} Q0 {passage} {rank} {score!r} {tag}\n")
+            hits = ranking(run[turn_id], depth)
+            written[turn_id] = dict(hits)
+            out.write("".join([f"{turn_id} Q0 {passage} {rank} {score!r} {tag}\n"
+                               for rank, (passage, score) in enumerate(hits, start=1)]))
+    return written
 
 
 def validate_run(run_file: RunFile, known_turns: set[str] | None = None) -> list[str]:
@@ -139,14 +163,18 @@ def validate_run(run_file: RunFile, known_turns: set[str] | None = None) -> list
 
 def _rank_problems(turn_id: str, scores: dict[str, float], ranks: dict[str, int]) -> list[str]:
     """The first place where the stated ranks contradict the scores (compared as trec_eval compares them)."""
-    by_rank = sorted(scores, key=lambda passage: ranks[passage])
-    for higher, lower in zip(by_rank, by_rank[1:]):
-        if np.float32(scores[higher]) < np.float32(scores[lower]):
-            return [
-                f"turn {turn_id}: ranks disagree with scores (rank {ranks[higher]} {higher} "
-                f"scores {scores[higher]} < rank {ranks[lower]} {lower} scores {scores[lower]})"
-            ]
-    seen = sorted(ranks.values())
-    if len(set(seen)) != len(seen):
+    passages = list(scores)
+    stated = np.fromiter((ranks[p] for p in passages), dtype=np.int64, count=len(passages))
+    values = np.fromiter((scores[p] for p in passages), dtype=np.float64, count=len(passages)).astype(np.float32)
+    order = np.argsort(stated, kind="stable")
+    by_rank = values[order]
+    broken = np.flatnonzero(by_rank[:-1] < by_rank[1:])
+    if broken.size:
+        higher, lower = passages[order[broken[0]]], passages[order[broken[0] + 1]]
+        return [
+            f"turn {turn_id}: ranks disagree with scores (rank {ranks[higher]} {higher} "
+            f"scores {scores[higher]} < rank {ranks[lower]} {lower} scores {scores[lower]})"
+        ]
+    if np.unique(stated).size != stated.size:
         return [f"turn {turn_id}: repeated ranks"]
     return []

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from rich.console import Console
 
 from apcir import datasets
@@ -56,9 +57,48 @@ from apcir.reformulate.options import ReformulatorOptions
 from apcir.reformulate.stage import reformulate, stage_identity
 from apcir.rerank.registry import RERANKERS
 from apcir.rerank.settings import RerankSettings
-from apcir.retrieval.registry import BACKENDS
 
 FUSION_FILE = "fusion.json"
+
+
+def query_vectors_path(run_path: Path) -> Path:
+    """Where the query vectors of a list's run are kept (``lists/third.run`` -> ``lists/third.qvec.npz``)."""
+    return run_path.with_suffix(".qvec.npz")
+
+
+class StoredVectors:
+    """DEPS's vectors from what retrieval already computed: query vectors as searched, passage vectors as indexed."""
+
+    def __init__(self, backend: Any, query_vectors: Path, records: dict[str, ReformulationRecord], texts: Any):
+        self.backend = backend
+        self.query_vectors = query_vectors
+        self.records = records
+        self.texts = texts
+
+    def personalised(self, turns: Any) -> dict[str, Any]:
+        from apcir.retrieval.stage import load_query_vectors
+
+        stored = load_query_vectors(self.query_vectors) if self.query_vectors.exists() else {}
+        missing = [t for t in turns if t not in stored and t in self.records and self.records[t].output is not None]
+        if missing:  # run directories from before query vectors were kept: encode those turns once
+            matrix = self.backend.encoder.encode_queries([self.records[t].list_inputs()["third"] for t in missing],
+                                                         progress=False)
+            stored.update({t: matrix[i] for i, t in enumerate(missing)})
+        dims = self.backend.vocab_size
+        return {t: (stored[t].toarray().ravel() if t in stored else np.zeros(dims, dtype=np.float32)) for t in turns}
+
+    def passages(self, ids: list[str]) -> Any:
+        from apcir.retrieval.backends import passage_vectors
+
+        matrix = passage_vectors(self.backend, ids)
+        if matrix is None:  # a backend that does not keep vectors: encode the passages' texts
+            found = self.texts.texts(ids) if self.texts is not None else {}
+            lacking = [p for p in ids if p not in found]
+            if lacking:
+                raise ApcirError(f"DEPS needs the texts of {len(lacking)} passages the index does not keep, e.g. "
+                                 f"{lacking[0]}: configure retrieval.passages (or retrieval.collection)")
+            matrix = self.backend.encoder.encode_documents([found[p] for p in ids], progress=False)
+        return matrix.toarray()
 
 
 @dataclass
@@ -87,6 +127,15 @@ class Experiment:
         self.ledger = StageLedger(self.run_dir)
         self.report = RunReport(self.run_dir)
         self._backend: Any = None
+        self._written: dict[Path, Run] = {}
+
+    # ---- runs: what a stage wrote in this process is handed on without reading it back ----------
+    def write_run(self, run: Run, path: Path, tag: str, depth: int | None = None) -> None:
+        self._written[path] = write_run(run, path, tag=tag, depth=depth)
+
+    def read_run(self, path: Path) -> Run:
+        """The run at ``path``: as written by this process (the same content), else read from disk."""
+        return self._written[path] if path in self._written else load_run(path)
 
     def say(self, message: str) -> None:
         self.console.print(message, highlight=False, soft_wrap=True)
@@ -157,15 +206,23 @@ class Experiment:
         inputs = {"reformulations": source, "index": index_dir, "k": cfg.k, "fields": fields,
                   "backend": cfg.backend, "encoder": cfg.encoder if cfg.uses_encoder else None}
 
+        vectors = {key: query_vectors_path(path) for key, path in outs.items()} if cfg.uses_encoder else {}
+
         def work() -> str:
             queries = {key: list_queries(records, field) for key, field in fields.items()}
             tags = {key: f"{self.config.name}-{key}" for key in fields}
-            retrieve_lists(self.backend(index_dir), queries, outs, tags, k=cfg.k, progress=self.progress)
+            retrieve_lists(self.backend(index_dir), queries, outs, tags, k=cfg.k, progress=self.progress,
+                           save_vectors=vectors, write=self.write_run)
             count = sum(len(q) for q in queries.values())
             self.report.retrieval_calls += count
             return f"{count} queries"
 
-        self.stage(name, inputs, list(outs.values()), work)
+        self.stage(name, inputs, [*outs.values(), *vectors.values()], work)
+
+    def passage_texts(self, index_dir: Path) -> Any:
+        from apcir.retrieval.stage import passage_texts_for
+
+        return passage_texts_for(self.config.retrieval, index_dir)
 
     # ---- the tuning leg (weights source "tune") ---------------------------------------------
     def tune(self, index_dir: Path, names: list[str]) -> dict[str, WeightsFile]:
@@ -194,7 +251,7 @@ class Experiment:
 
         def work() -> str:
             target = FusionInputs(
-                lists=[load_run(p) for p in lists.values()], levels=levels_of(records),
+                lists=[self.read_run(p) for p in lists.values()], levels=levels_of(records),
                 qrels=datasets.qrels(tune_qrels), qrels_name=tune_qrels,
                 run_names=[str(p) for p in lists.values()], levels_name=str(refs),
             )
@@ -211,9 +268,8 @@ class Experiment:
     def fuse(self, turns: list[Turn], records: dict[str, ReformulationRecord], list_paths: list[Path],
              given: dict[str, WeightsFile] | None, tuning_inputs: list[Path], index_dir: Path) -> None:
         """Every system's run (``systems/``), the run to submit (``fused.run``) and the weights."""
-        from apcir.fusion.encoders import text_encoder
         from apcir.fusion.protocol import FusionInputs, tuned_systems
-        from apcir.fusion.systems import SystemInputs, deps_passage_ids, fixed_systems
+        from apcir.fusion.systems import SystemInputs, fixed_systems
 
         cfg = self.config
         run_dir = self.run_dir
@@ -222,24 +278,26 @@ class Experiment:
         qrels_name = cfg.evaluation.qrels
         if weights_cfg.source == "cv" and qrels_name is None:
             raise ApcirError("fusion.weights.source = 'cv' needs evaluation.qrels (cross-validation tunes on them)")
+        third_vectors = query_vectors_path(run_dir / "lists" / "third.run")
         passages_source = cfg.retrieval.passages_source
-        encoder_name = cfg.retrieval.encoder if cfg.retrieval.uses_encoder else "tfidf"
-        encoder_kind = BACKENDS.get(cfg.retrieval.backend).encoder or "splade"
         inputs: dict[str, Any] = {
             "name": cfg.name,
             "lists": list_paths, "levels": run_dir / "levels.tsv", "fusion": cfg.fusion.model_dump(mode="json"),
             "qrels": datasets.qrels_path(qrels_name) if qrels_name else None,
             "rel_threshold": cfg.evaluation.rel_threshold,
             "reformulations": run_dir / "reformulations.jsonl", "topics": datasets.topics_path(cfg.topics),
+            "weights": tuning_inputs,
+            # what entropy and DEPS read: the index (its vectors and encoder), the personalised query vectors, texts
+            "index": index_dir, "encoder": cfg.retrieval.encoder if cfg.retrieval.uses_encoder else "tfidf",
+            "query_vectors": third_vectors if third_vectors.exists() else None,
             "passages": datasets.collection_path(passages_source) if passages_source else None,
-            "encoder": encoder_name, "weights": tuning_inputs,
         }
         if "qr-fusion" in names:  # it searches the index with fused query vectors
             inputs["qr-fusion"] = {"index": index_dir, "backend": cfg.retrieval.backend}
         outputs = [run_dir / "fused.run", run_dir / "weights.json", run_dir / "systems" / FUSION_FILE]
 
         def work() -> str:
-            lists = [load_run(p) for p in list_paths]
+            lists = [self.read_run(p) for p in list_paths]
             levels = load_levels(run_dir / "levels.tsv")
             qrels = datasets.qrels(qrels_name) if qrels_name else None
             target = FusionInputs(lists=lists, levels=levels, qrels=qrels, qrels_name=qrels_name or "",
@@ -252,28 +310,21 @@ class Experiment:
             systems = dict(tuned.runs)
             fixed = [n for n in names if n not in systems]
             if fixed:
-                profiles = {t.turn_id: list(t.ptkb.values()) for t in turns}
-                personalised = {t: r.output.personalised_text for t, r in records.items() if r.output is not None}
-                needs_texts = any(n in ("entropy", "deps") for n in fixed)
-                passages = (datasets.passage_texts(datasets.collection_path(passages_source), deps_passage_ids(lists))
-                            if passages_source and "deps" in fixed else {})
-                corpus = [s for st in profiles.values() for s in st] + list(passages.values())
-                encode = text_encoder(encoder_name, corpus if encoder_name == "tfidf" else None, encoder_kind) \
-                    if needs_texts else None
-                systems.update(fixed_systems(SystemInputs(
-                    lists=lists, norm=cfg.fusion.norm, depth=cfg.fusion.depth, seed=weights_cfg.seed,
-                    rrf_k=cfg.fusion.rrf_k, profiles=profiles, personalised=personalised, passages=passages,
-                    encode=encode), fixed))
+                system_inputs = SystemInputs(lists=lists, norm=cfg.fusion.norm, depth=cfg.fusion.depth,
+                                             seed=weights_cfg.seed, rrf_k=cfg.fusion.rrf_k)
+                if any(n in ("entropy", "deps") for n in fixed):
+                    self._text_inputs(system_inputs, turns, records, index_dir, third_vectors, "deps" in fixed)
+                systems.update(fixed_systems(system_inputs, fixed))
             manual = run_dir / "lists" / "manual.run"
             if "manual" in names and manual.exists():
-                systems["manual"] = load_run(manual)
+                systems["manual"] = self.read_run(manual)
             if "qr-fusion" in names:
                 qr = self._qr_fusion(index_dir, records, tuned.turn_weights)
                 if qr is not None:
                     systems["qr-fusion"] = qr
             for name, run in systems.items():
-                write_run(run, run_dir / "systems" / f"{name}.run", tag=f"{cfg.name}-{name}", depth=cfg.fusion.depth)
-            write_run(tuned.submission, run_dir / "fused.run", tag=cfg.name, depth=cfg.fusion.depth)
+                self.write_run(run, run_dir / "systems" / f"{name}.run", f"{cfg.name}-{name}", cfg.fusion.depth)
+            self.write_run(tuned.submission, run_dir / "fused.run", cfg.name, cfg.fusion.depth)
             tuned.weights.save(run_dir / "weights.json")
             if tuned.folds:
                 write_json(run_dir / "weights-folds.json", [w.model_dump(mode="json") for w in tuned.folds])
@@ -291,8 +342,9 @@ class Experiment:
         from apcir.retrieval.representation import search_fused_representation
 
         backend = self.backend(index_dir)
-        if not hasattr(backend, "search_vectors"):
-            warn(f"not built: qr-fusion (the {self.config.retrieval.backend} backend has no query vectors to sum)")
+        if not hasattr(backend, "search_vectors") or not hasattr(getattr(backend, "encoder", None), "encode_queries"):
+            warn(f"not built: qr-fusion (the {self.config.retrieval.backend} index has no query encoder whose "
+                 "vectors could be summed)")
             return None
         inputs = {t: [r.list_inputs()[name] for name in LIST_NAMES] for t, r in records.items()
                   if r.output is not None and t in turn_weights}
@@ -302,20 +354,17 @@ class Experiment:
         return run
 
     # ---- stage 3b: re-ranking -----------------------------------------------------------------
-    def rerank(self, records: dict[str, ReformulationRecord],
-               manual_records: dict[str, ReformulationRecord]) -> tuple[dict[str, tuple[str, str]], Path | None]:
+    def rerank(self, records: dict[str, ReformulationRecord], manual_records: dict[str, ReformulationRecord],
+               index_dir: Path) -> tuple[dict[str, tuple[str, str]], Path | None]:
         """Every ``[[rerank]]`` entry over its systems; returns {re-ranked system: (base, key)} and the run to submit."""
         from apcir.console import warn
-        from apcir.contract.runs import write_run as write
         from apcir.rerank.stage import candidate_ids, load_reranker, record_queries, rerank_run
 
         cfg = self.config
         run_dir = self.run_dir
         built = read_json(run_dir / "systems" / FUSION_FILE, "fusion record")["systems"]
         passages_source = cfg.retrieval.passages_source
-        if passages_source is None:
-            raise ApcirError("re-ranking needs the passage texts: set retrieval.passages or retrieval.collection")
-        collection = datasets.collection_path(passages_source)
+        collection = datasets.collection_path(passages_source) if passages_source else index_dir
         reranked: dict[str, tuple[str, str]] = {}
         submission: Path | None = None
         for settings in cfg.rerank:
@@ -348,9 +397,13 @@ class Experiment:
 
             def work(settings: RerankSettings = settings, sources: dict[str, tuple[str, Path]] = sources,
                      outs: dict[str, Path] = outs, failed: list[str] = failed) -> str:
-                runs = {target: load_run(path) for target, (_, path) in sources.items()}
+                runs = {target: self.read_run(path) for target, (_, path) in sources.items()}
                 needed = set().union(*(candidate_ids(r, settings.depth) for r in runs.values())) if runs else set()
-                texts = datasets.passage_texts(collection, needed)
+                store = self.passage_texts(index_dir)
+                if store is None:
+                    raise ApcirError("re-ranking needs the passage texts: set retrieval.passages or "
+                                     "retrieval.collection")
+                texts = store.texts(needed)
                 queries = record_queries(records, settings.field)
                 manual_queries = record_queries(manual_records, settings.field) if manual_records else {}
                 reranker = load_reranker(settings)
@@ -359,7 +412,7 @@ class Experiment:
                     chosen = manual_queries if base == "manual" else queries
                     result, summary = rerank_run(runs[target], chosen, texts, settings, reranker=reranker,
                                                  progress=self.progress)
-                    write(result, outs[target], tag=f"{cfg.name}-{target}")
+                    self.write_run(result, outs[target], f"{cfg.name}-{target}")
                     requests += summary.requests
                     passages += summary.passages_reranked
                     windows += summary.windows
@@ -382,8 +435,49 @@ class Experiment:
             reranked.update({target: (base, key) for target, (base, _) in sources.items() if base != "fused"})
         return reranked, submission
 
+    def _text_inputs(self, inputs: Any, turns: list[Turn], records: dict[str, ReformulationRecord],
+                     index_dir: Path, third_vectors: Path, deps: bool) -> None:
+        """What entropy and DEPS read, without encoding anything the retrieval stage already encoded.
+
+        With a SPLADE index: the profile statements are encoded by the index's
+        model; DEPS reads the personalised queries' vectors as they were
+        retrieved and the passages' vectors as they were indexed. With a dense
+        index: the bi-encoder's embeddings of the texts. With BM25:
+        TF-IDF vectors, IDF from the statements and the passages DEPS reads.
+        """
+        from apcir.fusion.encoders import MemoEncoder
+        from apcir.fusion.systems import deps_passage_ids
+        from apcir.retrieval.backends import VectorBackend, can_encode
+
+        inputs.profiles = {t.turn_id: list(t.ptkb.values()) for t in turns}
+        backend = self.backend(index_dir)
+        if getattr(getattr(backend, "encoder", None), "kind", None) == "dense":
+            # a dense index: its bi-encoder's embeddings (DEPS encodes the personalised inputs and passages)
+            dense: Any = backend.encoder
+            inputs.encode = MemoEncoder(lambda texts: dense.encode_documents(texts, progress=False))
+            if deps:
+                inputs.personalised = {t: r.output.personalised_text for t, r in records.items()
+                                       if r.output is not None}
+                store = self.passage_texts(index_dir)
+                inputs.passages = store.texts(deps_passage_ids(inputs.lists)) if store is not None else {}
+            return
+        if isinstance(backend, VectorBackend) and can_encode(backend):
+            encoder: Any = backend.encoder
+            inputs.encode = MemoEncoder(lambda texts: encoder.encode_documents(texts, progress=False).toarray())
+            if deps:
+                inputs.vectors = StoredVectors(backend, third_vectors, records, self.passage_texts(index_dir))
+            return
+        from apcir.fusion.baselines import tfidf_encoder
+
+        inputs.personalised = {t: r.output.personalised_text for t, r in records.items() if r.output is not None}
+        store = self.passage_texts(index_dir)
+        inputs.passages = store.texts(deps_passage_ids(inputs.lists)) if deps and store is not None else {}
+        corpus = [s for statements in inputs.profiles.values() for s in statements] + list(inputs.passages.values())
+        inputs.encode = tfidf_encoder(corpus)
+
     # ---- stage 4: export ---------------------------------------------------------------------
-    def export(self, turns: list[Turn], records: dict[str, ReformulationRecord], fused_path: Path | None = None) -> Path:
+    def export(self, turns: list[Turn], records: dict[str, ReformulationRecord], index_dir: Path,
+               fused_path: Path | None = None) -> Path:
         from apcir.export.common import SubmissionInputs
         from apcir.export.stage import write_submission
 
@@ -397,11 +491,11 @@ class Experiment:
                   "export": cfg.export.model_dump(mode="json")}
 
         def work() -> str:
-            fused = load_run(fused_path)
+            fused = self.read_run(fused_path)
             used_top = 5
             needed = {p for hits in fused.values() for p, _ in ranking(hits, used_top)}
-            passages = (datasets.passage_texts(datasets.collection_path(passages_source), needed)
-                        if passages_source else {})
+            store = self.passage_texts(index_dir)
+            passages = store.texts(needed) if store is not None else {}
             inputs_ = SubmissionInputs(run=fused, turns=turns, run_name=cfg.name, run_type=cfg.export.run_type,
                                        team_id=cfg.export.team_id, reformulations=records, passages=passages,
                                        mode=cfg.export.text, used_top=used_top)
@@ -434,7 +528,7 @@ class Experiment:
 
         def work() -> str:
             metrics = evaluate_systems(
-                {name: load_run(path) for name, path in system_files.items()}, datasets.qrels(qrels_name), turns,
+                {name: self.read_run(path) for name, path in system_files.items()}, datasets.qrels(qrels_name), turns,
                 load_levels(self.run_dir / "levels.tsv"), cfg.evaluation, name=cfg.name, topics=cfg.topics,
                 protocol=fusion["protocol"], tuned_on_test=fusion["tuned_on_test"], reranked=reranked,
                 rerankers=rerankers, **retrieval,
@@ -513,8 +607,8 @@ def _run(config: ExperimentConfig, console: Console, progress: bool) -> RunRepor
     reranked: dict[str, tuple[str, str]] = {}
     fused_path: Path | None = None
     if config.rerank:
-        reranked, fused_path = exp.rerank(records, manual_records)
-    submission = exp.export(turns, records, fused_path)
+        reranked, fused_path = exp.rerank(records, manual_records, index_dir)
+    submission = exp.export(turns, records, index_dir, fused_path)
     exp.evaluate(turns, reranked)
     _check_outputs(exp, turns, submission)
     write_json(run_dir / "timings.json", {o.name: round(o.seconds, 3) for o in exp.report.outcomes}

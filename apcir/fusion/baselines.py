@@ -104,19 +104,36 @@ def entropy_weights(
     return weights
 
 
-def deps_weight(personalised: str, documents: Sequence[str], encode: Encoder) -> float:
-    """DEPS (paper Sec. 5.3): ``w3 = sigmoid(|| E(q^u + r^u) - E(D_agg) ||_2)``.
+def deps_from_vectors(personalised: np.ndarray, documents: np.ndarray) -> float:
+    """DEPS (paper Sec. 5.3) on vectors: ``w3 = sigmoid(|| E(q^u + r^u) - E(D_agg) ||_2)``.
 
-    ``documents`` are the passages retrieved for the non-personalised input
-    ``q' + r'`` (the second list); ``E(D_agg)`` is the mean of their
-    L2-normalised vectors, and the personalised input is L2-normalised too,
-    so the distance is in [0, 2] and w3 in [0.5, 0.88]. No documents: w3 = 0.5.
+    ``documents`` (one row per passage retrieved for the non-personalised input
+    ``q' + r'``) are L2-normalised and averaged into ``E(D_agg)``; the
+    personalised vector is L2-normalised too, so the distance is in [0, 2] and
+    w3 in [0.5, 0.88]. No documents: w3 = 0.5.
     """
-    if not documents:
+    if documents.shape[0] == 0:
         return 0.5
-    vectors = _unit(np.asarray(encode([personalised, *documents]), dtype=np.float64))
+    vectors = _unit(np.vstack([np.asarray(personalised, dtype=np.float64).reshape(1, -1),
+                               np.asarray(documents, dtype=np.float64)]))
     distance = float(np.linalg.norm(vectors[0] - vectors[1:].mean(axis=0)))
     return 1.0 / (1.0 + math.exp(-distance))
+
+
+def deps_weight(personalised: str, documents: Sequence[str], encode: Encoder) -> float:
+    """DEPS on texts: encode the personalised input and the passages with ``encode`` (see :func:`deps_from_vectors`)."""
+    if not documents:
+        return 0.5
+    vectors = np.asarray(encode([personalised, *documents]), dtype=np.float64)
+    return deps_from_vectors(vectors[0], vectors[1:])
+
+
+def deps_top(runs: Sequence[Run], turn: str, top: int = 10, non_personalised: int = 1) -> list[str]:
+    """The passages DEPS reads for ``turn``: the first ``top`` of list ``non_personalised`` (0-based; q'+r')."""
+    hits = runs[non_personalised].get(turn, {})
+    ids = sorted(hits)
+    values = np.array([hits[p] for p in ids], dtype=np.float64)
+    return [ids[i] for i in trec_order(values)[:top]]
 
 
 def deps_weights(
@@ -128,24 +145,44 @@ def deps_weights(
     top: int = 10,
     non_personalised: int = 1,
 ) -> dict[str, tuple[float, ...]]:
-    """Per-turn DEPS weights: the top ``top`` passages of list ``non_personalised`` (0-based; q'+r')."""
+    """Per-turn DEPS weights from texts: the top ``top`` passages of list ``non_personalised`` (0-based; q'+r')."""
     check_runs(runs)
     text = passages if callable(passages) else passages.__getitem__
     weights = {}
     for turn in align_runs(runs).turns:
         if turn not in personalised:
             raise ApcirError(f"turn {turn}: no personalised query text for DEPS")
-        hits = runs[non_personalised].get(turn, {})
-        ids = sorted(hits)
-        values = np.array([hits[p] for p in ids], dtype=np.float64)
-        order = trec_order(values)[:top]
         try:
-            documents = [text(ids[i]) for i in order]
+            documents = [text(pid) for pid in deps_top(runs, turn, top, non_personalised)]
         except KeyError as exc:
             raise ApcirError(
                 f"turn {turn}: passage {exc.args[0]} is not in the collection given to DEPS"
             ) from None
         weights[turn] = split_third(deps_weight(personalised[turn], documents, encode), len(runs))
+    return weights
+
+
+def deps_weights_from_vectors(
+    personalised: Mapping[str, np.ndarray],
+    runs: Sequence[Run],
+    passage_vectors: Callable[[list[str]], np.ndarray],
+    *,
+    top: int = 10,
+    non_personalised: int = 1,
+) -> dict[str, tuple[float, ...]]:
+    """Per-turn DEPS weights from stored vectors: the personalised query as retrieved, the passages as indexed."""
+    check_runs(runs)
+    turns = align_runs(runs).turns
+    tops = {turn: deps_top(runs, turn, top, non_personalised) for turn in turns}
+    needed = sorted({pid for ids in tops.values() for pid in ids})
+    row = {pid: i for i, pid in enumerate(needed)}
+    matrix = passage_vectors(needed) if needed else np.zeros((0, 0))  # one look-up for every turn
+    weights = {}
+    for turn in turns:
+        if turn not in personalised:
+            raise ApcirError(f"turn {turn}: no personalised query vector for DEPS")
+        documents = matrix[[row[pid] for pid in tops[turn]]] if tops[turn] else np.zeros((0, 0))
+        weights[turn] = split_third(deps_from_vectors(personalised[turn], documents), len(runs))
     return weights
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from apcir.contract.reformulations import LIST_NAMES
 from apcir.contract.runs import ranking
 from apcir.fusion.baselines import (
     deps_weights,
+    deps_weights_from_vectors,
     entropy_weights,
     equal_weights,
     random_fusion,
@@ -53,6 +54,14 @@ class Variant:
     pooled: bool = False
 
 
+class VectorSource(Protocol):
+    """Vectors a retrieval stage already computed: DEPS reads them instead of encoding texts again."""
+
+    def personalised(self, turns: Sequence[str]) -> Mapping[str, np.ndarray]: ...
+
+    def passages(self, ids: list[str]) -> np.ndarray: ...
+
+
 @dataclass
 class SystemInputs:
     """Everything the fixed systems may use; entropy and DEPS need an encoder and texts."""
@@ -69,6 +78,8 @@ class SystemInputs:
     passages: Mapping[str, str] = field(default_factory=dict)
     """passage id -> text, for the passages DEPS reads (the top 10 of list 2)."""
     encode: Encoder | None = None
+    vectors: VectorSource | None = None
+    """Stored vectors for DEPS (the personalised queries as retrieved, the passages as indexed): no re-encoding."""
 
     def turns(self) -> list[str]:
         return sorted(set().union(*(set(r) for r in self.lists)))
@@ -83,8 +94,15 @@ class SystemSpec:
     kind: Literal["tuned", "fixed", "retrieved", "representation"]
     build: Callable[[SystemInputs], Run] | None = None
     variant: Variant | None = None
-    needs: tuple[str, ...] = ()
-    """Inputs a fixed system cannot do without: ``encode``, ``profiles``, ``personalised``, ``passages``."""
+    needs: tuple[tuple[str, ...], ...] = ()
+    """Inputs a fixed system cannot do without: any one of these groups of ``SystemInputs`` fields."""
+
+    def missing(self, inputs: SystemInputs) -> list[str]:
+        """The inputs this system lacks (empty when some group of its ``needs`` is complete)."""
+        if not self.needs:
+            return []
+        lacking = [[need for need in group if not getattr(inputs, need)] for group in self.needs]
+        return [] if any(not group for group in lacking) else min(lacking, key=len)
 
 
 def _list(index: int) -> Callable[[SystemInputs], Run]:
@@ -99,10 +117,13 @@ def _entropy(x: SystemInputs) -> Run:
 
 
 def _deps(x: SystemInputs) -> Run:
-    assert x.encode is not None
     turns = x.turns()
-    weights = deps_weights({t: x.personalised[t] for t in turns if t in x.personalised}, x.lists, x.passages,
-                           x.encode)
+    if x.vectors is not None:
+        weights = deps_weights_from_vectors(x.vectors.personalised(turns), x.lists, x.vectors.passages)
+    else:
+        assert x.encode is not None
+        weights = deps_weights({t: x.personalised[t] for t in turns if t in x.personalised}, x.lists, x.passages,
+                               x.encode)
     return fuse_per_turn(x.lists, weights, norm=x.norm, depth=x.depth)
 
 
@@ -126,10 +147,10 @@ SYSTEMS.add(SystemSpec("equal", "Equal personalisation", ("weights",), "w1 = w2 
                        build=lambda x: equal_weights(x.lists, norm=x.norm, depth=x.depth)))
 SYSTEMS.add(SystemSpec("entropy", "User-profile entropy", ("weights",),
                        "w3 = normalised topic entropy of the profile; w1 = w2 = (1-w3)/2", "fixed",
-                       build=_entropy, needs=("encode", "profiles")))
+                       build=_entropy, needs=(("encode", "profiles"),)))
 SYSTEMS.add(SystemSpec("deps", "DEPS", ("weights",),
                        "w3 = sigmoid(||E(q^u+r^u) - E(top-10 of q'+r')||); w1 = w2 = (1-w3)/2", "fixed",
-                       build=_deps, needs=("encode", "personalised", "passages")))
+                       build=_deps, needs=(("vectors",), ("encode", "personalised", "passages"))))
 SYSTEMS.add(SystemSpec("no-levels", "No levels", ("fusion",),
                        "one weight vector for every turn, tuned with the same protocol", "tuned",
                        variant=Variant(pooled=True)))
@@ -160,14 +181,15 @@ def fixed_systems(inputs: SystemInputs, names: Sequence[str]) -> dict[str, Run]:
     wanted = [n for n in names if SYSTEMS.get(n).kind == "fixed"]
     prime = getattr(inputs.encode, "prime", None)
     if prime is not None and any(SYSTEMS.get(n).needs for n in wanted):
-        # one batch for every text entropy and DEPS will ask for
+        # one batch for every text entropy (and DEPS, without stored vectors) will ask for
         texts = [s for statements in inputs.profiles.values() for s in statements]
-        texts += list(inputs.personalised.values())
-        texts += [inputs.passages[p] for p in deps_passage_ids(inputs.lists) if p in inputs.passages]
+        if inputs.vectors is None:
+            texts += list(inputs.personalised.values())
+            texts += [inputs.passages[p] for p in deps_passage_ids(inputs.lists) if p in inputs.passages]
         prime(texts)
     for name in wanted:
         spec = SYSTEMS.get(name)
-        missing = [need for need in spec.needs if not getattr(inputs, need)]
+        missing = spec.missing(inputs)
         if missing:
             skipped.append(f"{name} (needs {', '.join(missing)})")
             continue

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol, runtime_checkable
+
+import scipy.sparse as sp
 
 from apcir.contract.records import Run
 from apcir.contract.reformulations import QueryInput
@@ -23,18 +25,29 @@ class Backend(Protocol):
     def search(self, queries: Mapping[str, QueryInput], k: int = 1000, *, progress: bool = True) -> Run: ...
 
 
+@runtime_checkable
 class VectorBackend(Backend, Protocol):
-    """A backend that searches with query vectors of its encoder (every backend with an encoder).
-
-    ``search_vectors`` takes the rows of ``encoder.encode_queries(...)`` (or any
-    combination of them, e.g. query-representation fusion) for ``turn_ids``.
-    """
+    """A backend that searches query vectors (SPLADE): queries can be encoded once and searched as vectors."""
 
     @property
-    def encoder(self) -> TextEncoder: ...
+    def encoder(self) -> SpladeEncoder | None: ...
 
-    def search_vectors(self, turn_ids: Sequence[str], vectors: Any, k: int = 1000, *,
+    @property
+    def vocab_size(self) -> int: ...
+
+    def search_vectors(self, turn_ids: list[str], matrix: sp.csr_matrix, k: int = 1000, *,
                        progress: bool = True) -> Run: ...
+
+
+def can_encode(backend: Backend) -> bool:
+    """Whether the backend can encode text queries itself (a model, not just a vocabulary)."""
+    return hasattr(getattr(backend, "encoder", None), "encode_queries")
+
+
+def passage_vectors(backend: Backend, ids: list[str]) -> sp.csr_matrix | None:
+    """The stored vectors of passages ``ids`` when the backend keeps them (the embedded index), else None."""
+    lookup = getattr(backend, "passage_vectors", None)
+    return lookup(ids) if callable(lookup) else None
 
 
 def open_index(
@@ -78,6 +91,13 @@ def open_index(
     spec = BACKENDS.get(manifest.backend)
     if backend is not None and backend != spec.name:
         raise ApcirError(f"this is a {spec.name} index, not {backend}", path=folder)
+    if manifest.source == "vectors" and manifest.model is None:
+        from apcir.retrieval.vectors import Vocabulary
+
+        if encoder:
+            raise ApcirError("this index was built from precomputed vectors with their own tokens, not with a "
+                             "model: it cannot encode text queries; search it with --query-vectors", path=folder)
+        return spec.call("open", folder, manifest, Vocabulary.load(folder), threads=threads)  # type: ignore[no-any-return]
     if spec.encoder is None:
         if isinstance(encoder, TextEncoder) or encoder:
             raise ApcirError(f"{folder} is a {spec.name} index; it takes no query encoder", path=folder)

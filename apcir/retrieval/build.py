@@ -36,9 +36,10 @@ from apcir.console import warn
 from apcir.contract.records import Passage
 from apcir.datasets.collection import _passage as passage_from_record
 from apcir.datasets.registry import collection_path
+from apcir.datasets.store import OFFSETS, build_offsets
 from apcir.errors import ApcirError
 from apcir.io import atomic_write, write_json, write_text
-from apcir.retrieval.encoder import DEFAULT_MODEL, TextEncoder, canonical_model_name, make_encoder
+from apcir.retrieval.encoder import DEFAULT_MODEL, SpladeEncoder, TextEncoder, canonical_model_name, make_encoder
 from apcir.retrieval.manifest import (
     MANIFEST,
     CollectionInfo,
@@ -51,7 +52,8 @@ from apcir.retrieval.registry import BACKENDS, BackendSpec
 
 WORK = "_build"
 CHUNK_SIZE = 10_000
-OWNED_OUTPUTS = (MANIFEST, "postings.npz", "ids.txt", "lucene", "vectors.npy", "docid", "index", WORK)
+OWNED_OUTPUTS = (MANIFEST, "postings.npz", "ids.txt", "lucene", "vectors.npy", "docid", "index", WORK, OFFSETS,
+                 "vocab.txt")
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,8 @@ def build_index(
     if (out / MANIFEST).exists():
         status = index_status(out, path, backend, model, doc_max_length)
         if status.up_to_date and not overwrite:
+            if not (out / OFFSETS).exists():  # an index from before passage offsets were kept beside it
+                build_offsets(path, out / OFFSETS)
             return BuildResult("up-to-date", out, status.manifest, f"{out} is up to date ({status.manifest.describe()})")  # type: ignore[union-attr]
         if not overwrite:
             raise ApcirError(f"an index already exists here and differs: {status.reason}; pass --overwrite to replace it", path=out)
@@ -195,6 +199,79 @@ def build_index(
         )
     manifest = _merge(out, plan, get_encoder(), spec, threads, started)
     return BuildResult("built", out, manifest, f"built {manifest.describe()} in {out}", encoded, manifest.build_seconds)
+
+
+def build_from_vectors(
+    collection: str | Path,
+    backend: str,
+    out_dir: str | Path,
+    encoder: str | None = None,
+    *,
+    threads: int = 2,
+    overwrite: bool = False,
+    chunk_size: int = CHUNK_SIZE,
+) -> BuildResult:
+    """Index a JsonVectorCollection (``{"id", "contents", "vector": {token: weight}}``) as it is: no encoding.
+
+    With ``encoder`` (a model name) tokens map through that model's vocabulary
+    (unknown tokens are counted and reported) and queries can be given as
+    text; without it the index keeps the file's own vocabulary, as a Lucene
+    impact index does, and is searched with pre-encoded queries
+    (``apcir retrieve --query-vectors``). The ``contents`` are the passage texts.
+    """
+    from apcir.retrieval.vectors import Vocabulary, describe_unknown, read_matrix
+
+    started = time.perf_counter()
+    spec = BACKENDS.get(backend)
+    if spec.encoder != "splade":
+        what = "indexes texts" if spec.encoder is None else "indexes dense embeddings"
+        raise ApcirError(f"{backend} {what}; --vectors builds a backend that searches sparse vectors "
+                         f"({', '.join(b.name for b in BACKENDS if b.encoder == 'splade')})")
+    out = Path(out_dir).expanduser()
+    path = collection_path(collection)
+    model = canonical_model_name(encoder) if encoder else None
+    if (out / MANIFEST).exists():
+        status = index_status(out, path, backend, model)
+        if status.up_to_date and not overwrite and status.manifest is not None and status.manifest.source == "vectors":
+            return BuildResult("up-to-date", out, status.manifest, f"{out} is up to date ({status.manifest.describe()})")
+        if not overwrite:
+            raise ApcirError(f"an index already exists here and differs: {status.reason}; pass --overwrite to replace it",
+                             path=out)
+    if overwrite:
+        remove_outputs(out)
+    out.mkdir(parents=True, exist_ok=True)
+    vocabulary: Any = SpladeEncoder(encoder) if encoder else None
+    token_ids = {t: i for i, t in enumerate(vocabulary.vocabulary)} if vocabulary is not None else None
+    matrix, ids, stats = read_matrix(path, token_ids)
+    if not ids:
+        raise ApcirError("the vector collection holds no passage: nothing was indexed", path=path)
+    check_unique(ids)
+    if stats.unknown:
+        warn(f"{path}: {describe_unknown(stats)}; they are left out")
+    empty = int(np.count_nonzero(np.diff(matrix.indptr) == 0))
+    if empty:
+        warn(f"{path}: {empty} passage(s) have no token in the vocabulary left; they match no query")
+    if vocabulary is None:
+        vocabulary = Vocabulary(list(stats.vocabulary))
+        vocabulary.save(out)
+    work = out / WORK
+    work.mkdir(parents=True, exist_ok=True)
+    chunks = ((ids[i:i + chunk_size], matrix[i:i + chunk_size]) for i in range(0, len(ids), chunk_size))
+    facts = spec.call("build", out, chunks, vocabulary, threads=threads, work=work)
+    lengths = {k: getattr(vocabulary, k) for k in ("query_max_length", "response_max_length", "doc_max_length")
+               if hasattr(vocabulary, k)}
+    manifest = IndexManifest(
+        backend=spec.name, model=model, vocab_size=vocabulary.vocab_size, collection=CollectionInfo.of(str(collection),
+                                                                                                       path),
+        passages=len(ids), source="vectors", weights="integer" if stats.integral else "float",
+        build_seconds=round(time.perf_counter() - started, 3), created=now_iso(), apcir_version=__version__,
+        **lengths, **facts,
+    )
+    build_offsets(path, out / OFFSETS)
+    write_manifest(out, manifest)
+    shutil.rmtree(work, ignore_errors=True)
+    return BuildResult("built", out, manifest, f"built {manifest.describe()} from vectors in {out}", 0,
+                       manifest.build_seconds)
 
 
 def remove_outputs(out: Path) -> None:
@@ -479,6 +556,7 @@ def _merge(out: Path, plan: BuildPlan, encoder: TextEncoder, spec: BackendSpec, 
         apcir_version=__version__,
         **facts,
     )
+    build_offsets(Path(plan.collection.path), out / OFFSETS)
     write_manifest(out, manifest)
     shutil.rmtree(work, ignore_errors=True)
     return manifest
@@ -502,6 +580,7 @@ def _build_from_texts(spec: BackendSpec, path: Path, name: str, out: Path, threa
         apcir_version=__version__,
         **facts,
     )
+    build_offsets(path, out / OFFSETS)
     write_manifest(out, manifest)
     shutil.rmtree(work, ignore_errors=True)
     return BuildResult("built", out, manifest, f"built {manifest.describe()} in {out}", 0, manifest.build_seconds)

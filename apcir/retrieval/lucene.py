@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -159,23 +159,26 @@ class LuceneSplade:
         # and a token in every passage has idf 0).
         self.searcher = lucene().LuceneImpactSearcher(str(lucene_dir), self.queries, min_idf=-1)
 
+    @property
+    def vocab_size(self) -> int:
+        return int(self.encoder.vocab_size)
+
     def search(self, queries: Mapping[str, QueryInput], k: int = 1000, *, progress: bool = True) -> Run:
         check_k(k)
         turn_ids = list(queries)
         return self.search_vectors(turn_ids, self.encoder.encode_queries([queries[t] for t in turn_ids],
                                                                          progress=progress), k)
 
-    def search_vectors(self, turn_ids: Sequence[str], vectors: sp.csr_matrix, k: int = 1000, *,
+    def search_vectors(self, turn_ids: list[str], matrix: sp.csr_matrix, k: int = 1000, *,
                        progress: bool = True) -> Run:
-        """Top-k passages for SPLADE query vectors (rows of ``vectors``), quantised as the index is."""
+        """Top-k passages for already encoded queries, quantised as the index's impacts are."""
         check_k(k)
-        turn_ids = list(turn_ids)
-        matrix = quantize(sp.csr_matrix(vectors, dtype=np.float32), self.scale)
+        impacts = quantize(matrix, self.scale)
         vocab = self.encoder.vocabulary
         vectors = {}
         for row, turn in enumerate(turn_ids):
-            lo, hi = matrix.indptr[row], matrix.indptr[row + 1]
-            vectors[turn] = {vocab[t]: int(w) for t, w in zip(matrix.indices[lo:hi], matrix.data[lo:hi])}
+            lo, hi = impacts.indptr[row], impacts.indptr[row + 1]
+            vectors[turn] = {vocab[t]: int(w) for t, w in zip(impacts.indices[lo:hi], impacts.data[lo:hi])}
         self.queries.vectors = vectors
         asked = [t for t in turn_ids if vectors[t]]
         hits = self.searcher.batch_search(asked, asked, k=k, threads=self.threads) if asked else {}
@@ -230,3 +233,28 @@ def open_impact_index(folder: Path, manifest: IndexManifest | None, encoder: Spl
 def open_bm25_index(folder: Path, manifest: IndexManifest | None, encoder: object, *, threads: int) -> LuceneBM25:
     return LuceneBM25(folder, manifest, threads=threads)
 
+
+
+class LuceneDocuments:
+    """Passage texts stored in a Lucene index (``-storeRaw``: apcir's BM25 indexes and the organisers')."""
+
+    def __init__(self, index_dir: Path) -> None:
+        lucene_dir = index_dir / LUCENE_DIR if (index_dir / LUCENE_DIR).is_dir() else index_dir
+        self.index_dir = index_dir
+        self.searcher = lucene().LuceneSearcher(str(lucene_dir))
+
+    def texts(self, ids: Iterable[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for passage_id in set(ids):
+            document = self.searcher.doc(passage_id)
+            if document is None:
+                continue
+            raw = document.raw() or ""
+            try:
+                data = json.loads(raw)
+                text = data.get("contents") or data.get("passage_text") or data.get("text") or ""
+            except (ValueError, AttributeError):
+                text = document.contents() or raw
+            if str(text).strip():
+                found[passage_id] = str(text)
+        return found

@@ -65,6 +65,10 @@ class IndexManifest(BaseModel):
     passages: int
     nonzeros: int | None = None
     quantization_scale: int | None = None
+    source: Literal["texts", "vectors"] = "texts"
+    """``vectors``: built from a JsonVectorCollection, without encoding (``apcir index build --vectors``)."""
+    weights: Literal["float", "integer"] | None = None
+    """For an index built from vectors: whether the file's weights were quantised (whole numbers)."""
     bm25_k1: float | None = None
     bm25_b: float | None = None
     build_seconds: float = 0.0
@@ -146,7 +150,7 @@ def index_status(
         wanted = canonical_model_name(model) if model else None
         if wanted is not None and manifest.model != wanted:
             return IndexStatus(False, f"index was built with {manifest.model}, not {wanted}", manifest)
-        if manifest.doc_max_length != doc_max_length:
+        if manifest.source == "texts" and manifest.doc_max_length != doc_max_length:
             return IndexStatus(
                 False, f"index cut passages at {manifest.doc_max_length} tokens, not {doc_max_length}", manifest
             )

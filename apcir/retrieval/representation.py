@@ -52,9 +52,9 @@ def search_fused_representation(
     ``inputs``: turn -> its N retrieval inputs (q', q'+r', third); ``weights``:
     turn -> N weights. Turns without weights are left out.
     """
-    encoder = getattr(backend, "encoder", None)
+    encoder: Any = getattr(backend, "encoder", None)
     search_vectors = getattr(backend, "search_vectors", None)
-    if encoder is None or search_vectors is None:
+    if not hasattr(encoder, "encode_queries") or search_vectors is None:
         name = backend.manifest.backend if getattr(backend, "manifest", None) is not None else type(backend).__name__
         raise ApcirError(f"query-representation fusion needs a backend that searches with query vectors "
                          f"(embedded, lucene-splade, dense, dense-faiss), not {name}")

@@ -5,15 +5,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import scipy.sparse as sp
 
 from apcir.console import warn
 from apcir.contract.records import Run
 from apcir.contract.reformulations import QueryInput, ReformulationRecord
 from apcir.contract.runs import write_run
 from apcir.errors import ApcirError
-from apcir.retrieval.backends import Backend, open_index
+from apcir.io import atomic_write
+from apcir.retrieval.backends import Backend, VectorBackend, can_encode, open_index
 from apcir.retrieval.manifest import is_foreign_lucene
 from apcir.retrieval.settings import RetrievalSettings
 
@@ -55,10 +60,14 @@ def retrieve_lists(
     *,
     k: int,
     progress: bool = True,
+    save_vectors: Mapping[str, Path] | None = None,
+    write: Callable[[Run, Path, str, int], None] | None = None,
 ) -> dict[str, Run]:
     """Search every field's queries (``{field: {turn: input}}``), write ``outs[field]`` with run tag ``tags[field]``.
 
-    The index and its encoder are loaded once for all fields. Returns the runs by field.
+    The index and its encoder are loaded once for all fields. A SPLADE backend
+    encodes each field's queries once; ``save_vectors[field]`` keeps those query
+    vectors (for the baselines that compare a query with passages). Returns the runs by field.
     """
     runs: dict[str, Run] = {}
     for field, field_queries in queries.items():
@@ -67,11 +76,135 @@ def retrieve_lists(
             shown = ", ".join(empty[:10]) + (" ..." if len(empty) > 10 else "")
             warn(f"{field}: {len(empty)} turn(s) have an empty query and get no passages: {shown}")
         asked = {turn: query for turn, query in field_queries.items() if turn not in set(empty)}
-        runs[field] = backend.search(asked, k, progress=progress) if asked else {}
+        if not asked:
+            runs[field] = {}
+        elif isinstance(backend, VectorBackend) and can_encode(backend):
+            turn_ids = list(asked)
+            encoder: Any = backend.encoder
+            matrix = encoder.encode_queries([asked[t] for t in turn_ids], progress=progress)
+            if save_vectors and field in save_vectors:
+                save_query_vectors(save_vectors[field], turn_ids, matrix)
+            runs[field] = backend.search_vectors(turn_ids, matrix, k, progress=progress)
+        else:
+            runs[field] = backend.search(asked, k, progress=progress)
         runs[field].update({turn: {} for turn in empty})
-        write_run(runs[field], outs[field], tag=tags[field], depth=k)
+        if write is not None:
+            write(runs[field], outs[field], tags[field], k)
+        else:
+            write_run(runs[field], outs[field], tag=tags[field], depth=k)
     return runs
+
+
+def save_query_vectors(path: Path, turn_ids: list[str], matrix: sp.csr_matrix) -> None:
+    """Query vectors of one list (turn ids and a CSR matrix) as an ``.npz``."""
+    matrix = sp.csr_matrix(matrix, dtype=np.float32)
+    with atomic_write(path, "wb") as handle:
+        np.savez(handle, turns=np.array(turn_ids, dtype=str), data=matrix.data, indices=matrix.indices,
+                 indptr=matrix.indptr, shape=np.array(matrix.shape))
+
+
+def load_query_vectors(path: Path) -> dict[str, sp.csr_matrix]:
+    """``{turn: 1 x vocabulary vector}`` saved by :func:`save_query_vectors`."""
+    try:
+        with np.load(path) as data:
+            matrix = sp.csr_matrix((data["data"], data["indices"], data["indptr"]), shape=tuple(data["shape"]))
+            turns = [str(t) for t in data["turns"]]
+    except (OSError, ValueError, KeyError) as exc:
+        raise ApcirError(f"unreadable query vectors ({exc})", path=path) from None
+    return {turn: matrix[row] for row, turn in enumerate(turns)}
 
 
 def _text_of(query: QueryInput) -> str:
     return query if isinstance(query, str) else f"{query[0]} {query[1] or ''}"
+
+
+class PassageTexts(Protocol):
+    """Where passage texts come from: only the ones asked for are read."""
+
+    def texts(self, ids: Iterable[str]) -> dict[str, str]: ...
+
+
+def passage_texts_for(settings: RetrievalSettings, index_dir: Path) -> PassageTexts | None:
+    """The texts of the configured passages file (``passages``, else ``collection``), read by byte offset.
+
+    The offsets of the index's own collection are kept beside the index; any
+    other file gets its offsets cached once (see :mod:`apcir.datasets.store`).
+    Without a file, a Lucene index that stores its documents (BM25) answers
+    from them; otherwise there are no texts (None).
+    """
+    from apcir.datasets.registry import collection_path
+    from apcir.datasets.store import OFFSETS, store_for
+    from apcir.retrieval.manifest import MANIFEST, read_manifest
+
+    source = settings.passages_source
+    if source is None:
+        if is_foreign_lucene(index_dir) or settings.backend == "lucene-bm25":
+            from apcir.retrieval.lucene import LuceneDocuments
+
+            return LuceneDocuments(index_dir)
+        return None
+    path = collection_path(source)
+    offsets = None
+    if (index_dir / MANIFEST).exists() and (index_dir / OFFSETS).exists():
+        if read_manifest(index_dir).collection.same_file_contents(path):
+            offsets = index_dir / OFFSETS
+    return store_for(path, offsets)
+
+
+def search_query_vectors(backend: Backend, path: Path, k: int) -> Run:
+    """Search pre-encoded queries: a JsonVectorCollection whose ids are turn ids (``--query-vectors``).
+
+    Tokens map through the index's vocabulary (unknown ones are counted and
+    reported). Queries quantised otherwise than the index (integer weights for
+    a float index, or the reverse) are refused: their scores would not compare.
+    """
+    from apcir.ids import canonical_turn_id
+    from apcir.retrieval.vectors import describe_unknown, read_matrix
+
+    if not isinstance(backend, VectorBackend):
+        raise ApcirError("pre-encoded queries need an index of vectors (embedded or lucene-splade), not BM25")
+    vocabulary = getattr(backend.encoder, "vocabulary", None)
+    if vocabulary is None:
+        raise ApcirError("this index has no vocabulary to map query tokens through")
+    matrix, ids, stats = read_matrix(path, {token: i for i, token in enumerate(vocabulary)})
+    if not ids:
+        raise ApcirError("no query vector in the file", path=path)
+    if stats.unknown:
+        warn(f"{path}: {describe_unknown(stats)}; they are left out")
+    manifest = backend.manifest
+    index_integer = manifest is not None and manifest.weights == "integer"
+    if stats.integral != index_integer:
+        index_kind = "quantised (integer) weights" if index_integer else "float weights"
+        query_kind = "integer weights" if stats.integral else "float weights"
+        raise ApcirError(f"the index holds {index_kind} but the queries have {query_kind}: quantise both the same "
+                         "way (e.g. round(100 * w)), or neither", path=path)
+    turn_ids = []
+    for raw in ids:
+        try:
+            turn_ids.append(canonical_turn_id(raw))
+        except ApcirError:
+            turn_ids.append(raw)
+    if len(set(turn_ids)) != len(turn_ids):
+        raise ApcirError("a turn id appears twice", path=path)
+    matrix = sp.csr_matrix(matrix[:, : backend.vocab_size], shape=(matrix.shape[0], backend.vocab_size))
+    return backend.search_vectors(turn_ids, matrix, k)
+
+
+def export_vectors(backend: Backend, out: Path, *, integer_scale: float | None = None, with_text: bool = False) -> int:
+    """The passage vectors an index keeps, as a JsonVectorCollection; returns the number of passages."""
+    from apcir.datasets.store import store_for
+    from apcir.retrieval.vectors import write_vectors
+
+    ids = getattr(backend, "ids", None)
+    vectors = getattr(backend, "passage_vectors", None)
+    vocabulary = getattr(getattr(backend, "encoder", None), "vocabulary", None)
+    if ids is None or vectors is None or vocabulary is None:
+        raise ApcirError("only an embedded index keeps its passage vectors; export them from one")
+    contents = None
+    if with_text:
+        manifest = backend.manifest
+        assert manifest is not None
+        texts = store_for(Path(manifest.collection.path)).texts(ids)
+        contents = [texts.get(pid, "") for pid in ids]
+    return write_vectors(out, list(ids), vectors(list(ids)), list(vocabulary), contents=contents,
+                         integer_scale=integer_scale)

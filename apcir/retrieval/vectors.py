@@ -1,0 +1,216 @@
+"""Read and write pyserini's JsonVectorCollection JSONL.
+
+One passage a line: ``{"id": "...", "contents": "...", "vector": {token: weight}}``
+with float or integer weights (Anserini's impact indexes want integers, e.g.
+``round(100 * w)``; Seismic takes floats).
+
+:func:`read_vectors` streams a file and checks every line: a line that is not a
+JSON object, lacks ``id`` or ``vector``, has an empty vector, or a weight that
+is not a finite non-negative number (``true``, a string, NaN, infinity, a
+negative value) raises :class:`~apcir.errors.ApcirError` naming the file and
+line. Tokens map to term ids through a given vocabulary (``{token: id}``;
+unknown tokens are counted and skipped) or through one built as the file is
+read (ids in order of first appearance). :func:`read_matrix` gathers a whole
+file into a passages x vocabulary CSR matrix; :func:`write_vectors` writes one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from apcir.errors import ApcirError
+from apcir.io import atomic_write, iter_lines, write_text
+
+
+@dataclass
+class VectorRecord:
+    """One passage: its id, text, term ids (in the line's order) and weights."""
+
+    id: str
+    contents: str
+    terms: np.ndarray  # int64
+    weights: np.ndarray  # float32 (float64 would keep integer impacts > 2**24 exact; SPLADE has none)
+
+
+@dataclass
+class VectorStats:
+    """What a read saw: lines, unknown-token occurrences (by token), and the vocabulary used."""
+
+    lines: int = 0
+    unknown: dict[str, int] = field(default_factory=dict)
+    vocabulary: dict[str, int] = field(default_factory=dict)
+    integral: bool = True
+    """Every weight read was a whole number (quantised impacts, as Anserini's ``-impact`` indexes use)."""
+
+    @property
+    def unknown_total(self) -> int:
+        return sum(self.unknown.values())
+
+
+def _weight(value: object, token: str, path: Path, line: int) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ApcirError(f"weight of token {token!r} is not a number: {value!r}", path=path, line=line)
+    number = float(value)
+    if math.isnan(number) or math.isinf(number):
+        raise ApcirError(f"weight of token {token!r} is {value!r}; weights must be finite", path=path, line=line)
+    if number < 0:
+        raise ApcirError(f"weight of token {token!r} is negative ({value!r})", path=path, line=line)
+    return number
+
+
+def read_vectors(
+    path: str | Path, vocabulary: Mapping[str, int] | None = None, stats: VectorStats | None = None,
+) -> Iterator[VectorRecord]:
+    """Stream the records of a JsonVectorCollection file (see the module doc for the checks).
+
+    With ``vocabulary`` tokens map through it and unknown ones are skipped and counted in
+    ``stats.unknown``; without it ``stats.vocabulary`` grows as new tokens appear. A record
+    whose tokens are all unknown has empty ``terms``. Blank lines are skipped."""
+    path = Path(path)
+    stats = stats if stats is not None else VectorStats()
+    own = stats.vocabulary
+    for number, text in iter_lines(path, "vector collection"):
+        if not text.strip():
+            continue
+        try:
+            # json accepts NaN and Infinity literals; they are refused below as weights
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ApcirError(f"not valid JSON ({exc.msg})", path=path, line=number) from None
+        if not isinstance(obj, dict):
+            raise ApcirError("expected a JSON object per line", path=path, line=number)
+        if "id" not in obj:
+            raise ApcirError("missing \"id\"", path=path, line=number)
+        vector = obj.get("vector")
+        if not isinstance(vector, dict):
+            raise ApcirError("missing \"vector\" object {token: weight}", path=path, line=number)
+        if not vector:
+            raise ApcirError(f"passage {obj['id']!r} has an empty vector", path=path, line=number)
+        terms: list[int] = []
+        weights: list[float] = []
+        for token, value in vector.items():
+            weight = _weight(value, token, path, number)
+            if stats.integral and not float(weight).is_integer():
+                stats.integral = False
+            if vocabulary is not None:
+                term = vocabulary.get(token)
+                if term is None:
+                    stats.unknown[token] = stats.unknown.get(token, 0) + 1
+                    continue
+            else:
+                term = own.get(token)
+                if term is None:
+                    term = own[token] = len(own)
+            terms.append(term)
+            weights.append(weight)
+        stats.lines += 1
+        contents = obj.get("contents", "")
+        yield VectorRecord(str(obj["id"]), contents if isinstance(contents, str) else str(contents),
+                           np.asarray(terms, dtype=np.int64), np.asarray(weights, dtype=np.float32))
+
+
+def read_matrix(
+    paths: str | Path | Iterable[str | Path], vocabulary: Mapping[str, int] | None = None,
+) -> tuple[sp.csr_matrix, list[str], VectorStats]:
+    """Whole files as a passages x vocabulary float32 CSR matrix, the passage ids, and the stats.
+
+    The matrix has ``max(vocabulary ids) + 1`` columns (or the built vocabulary's size)."""
+    if isinstance(paths, str | Path):
+        paths = [paths]
+    stats = VectorStats()
+    ids: list[str] = []
+    indptr = [0]
+    terms: list[np.ndarray] = []
+    weights: list[np.ndarray] = []
+    for path in paths:
+        for record in read_vectors(path, vocabulary, stats):
+            ids.append(record.id)
+            terms.append(record.terms)
+            weights.append(record.weights)
+            indptr.append(indptr[-1] + record.terms.size)
+    if vocabulary is not None:
+        columns = max(vocabulary.values(), default=-1) + 1
+    else:
+        columns = len(stats.vocabulary)
+    matrix = sp.csr_matrix(
+        (np.concatenate(weights) if weights else np.zeros(0, np.float32),
+         np.concatenate(terms) if terms else np.zeros(0, np.int64), np.asarray(indptr, dtype=np.int64)),
+        shape=(len(ids), columns), dtype=np.float32,
+    )
+    matrix.sum_duplicates()  # a JSON object cannot repeat a key, but two tokens may share an id
+    return matrix, ids, stats
+
+
+def write_vectors(
+    path: str | Path, ids: list[str], matrix: sp.csr_matrix, vocabulary: list[str], *,
+    contents: list[str] | None = None, integer_scale: float | None = None,
+) -> int:
+    """Write rows of ``matrix`` (passages x vocabulary) as JsonVectorCollection lines; returns the count.
+
+    ``vocabulary[t]`` is term t's token. Weights are written as floats, or, with
+    ``integer_scale``, as integers ``round(integer_scale * w)`` with the zeros dropped (Anserini's
+    ``-impact`` indexes). A row left with no weight is an error (pyserini would index an empty passage)."""
+    path = Path(path)
+    matrix = sp.csr_matrix(matrix)
+    if matrix.shape[0] != len(ids):
+        raise ValueError(f"{matrix.shape[0]} rows for {len(ids)} ids")
+    if contents is not None and len(contents) != len(ids):
+        raise ValueError(f"{len(contents)} texts for {len(ids)} ids")
+    with atomic_write(path) as out:
+        for row, pid in enumerate(ids):
+            lo, hi = matrix.indptr[row], matrix.indptr[row + 1]
+            values = matrix.data[lo:hi]
+            if not np.all(np.isfinite(values)) or np.any(values < 0):
+                raise ApcirError(f"passage {pid!r} has a negative or non-finite weight")
+            tokens = [vocabulary[t] for t in matrix.indices[lo:hi].tolist()]
+            if integer_scale is not None:
+                vector = {tok: v for tok, v in zip(tokens, np.rint(values * integer_scale).astype(np.int64).tolist()) if v > 0}
+            else:
+                vector = {tok: v for tok, v in zip(tokens, values.astype(np.float64).tolist()) if v > 0}
+            if not vector:
+                raise ApcirError(f"passage {pid!r} has an empty vector")
+            text = contents[row] if contents is not None else ""
+            out.write(json.dumps({"id": pid, "contents": text, "vector": vector}, ensure_ascii=False) + "\n")
+    return len(ids)
+
+
+VOCABULARY_FILE = "vocab.txt"
+
+
+@dataclass
+class Vocabulary:
+    """The token of each dimension of an index built from vectors with their own tokens (no model)."""
+
+    vocabulary: list[str]
+    name: str | None = None
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocabulary)
+
+    def ids(self) -> dict[str, int]:
+        return {token: i for i, token in enumerate(self.vocabulary)}
+
+    def save(self, folder: Path) -> None:
+        write_text(folder / VOCABULARY_FILE, "".join(f"{json.dumps(token)}\n" for token in self.vocabulary))
+
+    @classmethod
+    def load(cls, folder: Path) -> Vocabulary:
+        path = folder / VOCABULARY_FILE
+        if not path.exists():
+            raise ApcirError(f"index built from vectors without a model lacks its {VOCABULARY_FILE}", path=folder)
+        return cls([json.loads(line) for _, line in iter_lines(path, "index vocabulary") if line.strip()])
+
+
+def describe_unknown(stats: VectorStats, limit: int = 5) -> str:
+    """``N token occurrences (M distinct) not in the vocabulary, e.g. ...``."""
+    common = sorted(stats.unknown.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+    shown = ", ".join(f"{token!r} ({count})" for token, count in common)
+    return f"{stats.unknown_total} token occurrence(s) ({len(stats.unknown)} distinct) not in the vocabulary, e.g. {shown}"
