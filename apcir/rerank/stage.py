@@ -33,7 +33,7 @@ from apcir.console import warn
 from apcir.contract.records import Run
 from apcir.contract.reformulations import QueryInput, ReformulationRecord
 from apcir.contract.runs import ranking
-from apcir.datasets import collection_path, passage_texts
+from apcir.datasets import collection_path
 from apcir.errors import ApcirError
 from apcir.rerank.base import Candidates, Ranked, Reranker, RerankStats
 from apcir.rerank.registry import RERANKERS
@@ -113,8 +113,10 @@ def candidate_ids(run: Run, depth: int) -> set[str]:
 
 
 def texts_for(run: Run, depth: int, collection: str | Path) -> dict[str, str]:
-    """The texts of the run's top-``depth`` passages, read from the collection (the rest are not kept)."""
-    return passage_texts(collection_path(collection), candidate_ids(run, depth))
+    """The texts of the run's top-``depth`` passages, read by byte offset (:mod:`apcir.datasets.store`)."""
+    from apcir.datasets.store import store_for
+
+    return store_for(collection_path(collection)).texts(candidate_ids(run, depth))
 
 
 def check_depth(run: Run, depth: int) -> None:
