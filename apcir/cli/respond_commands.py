@@ -99,7 +99,7 @@ def respond_command(
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
-    """One grounded response per turn from the run's top passages, citing them as [1]..[k]."""
+    """One grounded response per turn from the run's top passages, citing them inline by their number (1 to k)."""
     options = settings(
         RespondSettings, responder=responder, top_k=top_k, max_words=max_words, max_sentences=max_sentences,
         base_url=base_url, api_key_env=api_key_env, concurrency=concurrency,
