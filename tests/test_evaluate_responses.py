@@ -85,8 +85,10 @@ def test_the_judge_one_request_per_turn_cached_and_recorded(tmp_path):
     assert again.judge is not None and again.judge.cache_hits == len(TURNS) and again.judge.requests == 0
     assert first.measures[JUDGE] == pytest.approx(0.75) and first.turns[JUDGE] == len(TURNS)
     assert first.judge.aspects[TURNS[0].turn_id] == [("names the diet", 2), ("fits the user", 1)]
-    prompt = server.requests[0]["messages"][1]["content"]
-    assert TURNS[0].response.strip() in prompt and "[1]" not in prompt.split("Assistant's answer:")[1]
+    prompts = [r["messages"][1]["content"] for r in server.requests]  # in any order: they run concurrently
+    prompt = next(p for p in prompts if p.startswith(f"User's question: {TURNS[0].manual_rewrite.strip()}\n"))
+    assert f"Reference answer: {TURNS[0].response.strip()}" in prompt
+    assert "[1]" not in prompt.split("Assistant's answer:")[1], "citations removed"
 
 
 def test_a_malformed_judgement_is_repaired_then_counted_unjudged(tmp_path):

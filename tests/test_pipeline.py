@@ -187,9 +187,12 @@ def test_tune_on_other_conversations_then_apply_a_weights_file(small, tmp_path):
 
 
 def respond_or_reformulate(body):
-    """The fake model: a cited response for the response prompt, a reformulation otherwise."""
-    if "conversational search assistant" in body["messages"][0]["content"]:
+    """The fake model: a cited response, a judgement or a reformulation, as the system message asks."""
+    system = body["messages"][0]["content"]
+    if "conversational search assistant" in system:
         return json.dumps({"response": "From the passages [1], and also [2].", "ptkb_used": ["1"]})
+    if "You grade the answer" in system:
+        return json.dumps({"aspects": [{"aspect": "a", "score": 2}, {"aspect": "b", "score": 0}]})
     return default_content(body)
 
 
@@ -200,16 +203,21 @@ def test_an_llm_responder_one_request_per_turn_and_none_on_a_rerun(small):
         base["respond"] = {"responder": "gpt-respond", "base_url": server.url,
                            "cache_dir": base["reformulator"]["cache_dir"], "concurrency": 1}
         base["evaluation"]["ptkb_qrels"] = "ikat23-test-ptkb"
+        base["evaluation"]["judge"] = {"model": "judge-test", "base_url": server.url,
+                                       "cache_dir": base["reformulator"]["cache_dir"]}
         cfg = ExperimentConfig.model_validate(base)
         first = run_experiment(cfg, progress=False)
         asked = [r for r in server.requests if "conversational search assistant" in r["messages"][0]["content"]]
         assert len(asked) == len(chosen), "one response request per turn"
-        assert first.llm_requests == 2 * len(chosen) and first.failed_turns == []
+        judged = [t for t in datasets.topics("ikat23-test") if t.turn_id in chosen and t.response.strip()]
+        assert first.llm_requests == 2 * len(chosen) + len(judged) and first.failed_turns == []
         again = run_experiment(cfg, progress=False)
-        assert again.llm_requests == 0 and server.count == 2 * len(chosen)
+        assert again.llm_requests == 0 and server.count == 2 * len(chosen) + len(judged)
     metrics = first.metrics
     assert metrics is not None and metrics.responses is not None and metrics.ptkb is not None
     assert metrics.responses.responder == "gpt-respond" and metrics.responses.turns["ok"] == len(chosen)
+    assert metrics.responses.judge is not None and metrics.responses.judge.model == "judge-test"
+    assert metrics.responses.measures["judge"] == 0.5
     assert set(metrics.ptkb.systems) == {"apcir", "heuristic", "profile"}
     data = json.loads((cfg.run_dir / "submission.json").read_text())
     for entry in data["turns"]:
