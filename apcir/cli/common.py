@@ -32,7 +32,7 @@ def means_table(title: str, measures: dict[str, float]) -> Table:
     return table
 
 
-def settings(model: type[M], **values: Any) -> M:
+def settings(model: type[M], /, **values: Any) -> M:
     """A stage's settings record from command-line values (None: the default); a bad value names its option."""
     given = {k: v for k, v in values.items() if v is not None}
     try:

@@ -3,7 +3,9 @@
 Each section is the settings record of one stage, the same record that
 stage's command builds from its options: ``[reformulator]``
 (:class:`~apcir.reformulate.options.ReformulatorOptions`), ``[retrieval]``,
-``[fusion]`` (with ``[fusion.weights]``), ``[evaluation]`` and ``[export]``.
+``[fusion]`` (with ``[fusion.weights]``), ``[respond]``, ``[evaluation]`` (with
+``[evaluation.judge]``) and ``[export]``. The export format defaults to the
+topics' year's, and a format of another year is refused here, before any work.
 Every field has a default that runs the embedded demo offline, so the
 smallest config is a name. Relative paths are resolved against the working
 directory of ``apcir run``. The resolved config is saved into the run
@@ -17,14 +19,18 @@ import tomllib
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from apcir import datasets
 from apcir.errors import ApcirError
 from apcir.evaluation.settings import EvaluationSettings
+from apcir.export.common import format_year_problem
+from apcir.export.formats import FORMATS
 from apcir.export.settings import ExportSettings
 from apcir.fusion.settings import FusionSettings
 from apcir.io import read_text
 from apcir.reformulate.options import ReformulatorOptions
+from apcir.respond.settings import RespondSettings
 from apcir.retrieval.settings import RetrievalSettings
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -40,6 +46,7 @@ class ExperimentConfig(BaseModel):
     reformulator: ReformulatorOptions = Field(default_factory=ReformulatorOptions)
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
     fusion: FusionSettings = Field(default_factory=FusionSettings)
+    respond: RespondSettings = Field(default_factory=RespondSettings)
     evaluation: EvaluationSettings = Field(default_factory=EvaluationSettings)
     export: ExportSettings = Field(default_factory=ExportSettings)
 
@@ -49,6 +56,24 @@ class ExperimentConfig(BaseModel):
         if not value or any(c.isspace() or c in "/\\" for c in value):
             raise ValueError("must be one word without slashes (it names the run directory and the run tag)")
         return value
+
+    @model_validator(mode="after")
+    def _format_of_the_topics(self) -> ExperimentConfig:
+        """``export.format`` defaults to the topics' year's; another year's format is refused (see the export)."""
+        try:
+            year = datasets.topics_year(self.topics)
+        except ApcirError as exc:
+            raise ValueError(f"topics: {exc}") from None
+        fmt = self.export.format
+        if fmt is not None:
+            problem = format_year_problem(fmt, FORMATS.get(fmt).year, year)
+            if problem is not None:
+                raise ValueError(f"export.format: {problem}")
+        try:
+            self.export = self.export.resolved(year)
+        except ApcirError as exc:
+            raise ValueError(f"export.run_type: {exc}") from None
+        return self
 
     @property
     def run_dir(self) -> Path:
@@ -86,6 +111,6 @@ def validate_config(data: dict[str, object], path: Path | None = None) -> Experi
     try:
         return ExperimentConfig.model_validate(data)
     except ValidationError as exc:
-        lines = [f"{'.'.join(str(p) for p in e['loc'])}: {str(e['msg']).removeprefix('Value error, ')}"
-                 for e in exc.errors()]
+        lines = [(f"{'.'.join(str(p) for p in e['loc'])}: " if e["loc"] else "")
+                 + str(e["msg"]).removeprefix("Value error, ") for e in exc.errors()]
         raise ApcirError("invalid config: " + "; ".join(lines), path=path) from None
