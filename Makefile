@@ -23,11 +23,11 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
 
-# The main job on the embedded default, offline: the `heuristic` reformulator, or GPT-4o
-# when OPENAI_API_KEY is set (then the LLM cache makes re-runs free).
+# The main job on the embedded default, offline: the `heuristic` reformulator and the extractive
+# responder, or GPT-4o for both when OPENAI_API_KEY is set (then the LLM cache makes re-runs free).
 demo: setup
 	@if [ -n "$$OPENAI_API_KEY" ]; then \
-		$(VENV)/bin/apcir run demo --llm gpt-4o --output-dir runs/demo-gpt-4o; \
+		$(VENV)/bin/apcir run demo --llm gpt-4o --responder gpt-4o --output-dir runs/demo-gpt-4o; \
 	else \
 		$(VENV)/bin/apcir run demo; \
 	fi

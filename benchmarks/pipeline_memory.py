@@ -109,6 +109,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--cache", type=Path, default=None, help="keep collections and indexes here between runs")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[32, 8],
+                        help="retrieval.batch_size of the runs (the query encoder's memory)")
     args = parser.parse_args()
     cache = args.cache or Path(tempfile.mkdtemp(prefix="apcir-memory-"))
     cache.mkdir(parents=True, exist_ok=True)
@@ -121,26 +123,27 @@ def main() -> None:
         index = cache / f"index-{n}"
         build_s, build_peak = timed(apcir("index", "build", "--collection", str(collection), "--vectors",
                                           "--encoder", "splade-tiny", "--out", str(index)), cache)
-        config = cache / f"run-{n}.toml"
-        run_dir = cache / f"run-{n}"
-        shutil.rmtree(run_dir, ignore_errors=True)
-        config.write_text(
-            f'name = "memory-{n}"\noutput_dir = "{run_dir}"\n[retrieval]\nindex = "{index}"\n'
-            f'collection = "{collection}"\n[fusion.weights]\nsource = "cv"\n'
-            '[evaluation]\nqrels = "ikat23-test-provenance"\n[export]\nformat = "ikat24"\n'
-        )
-        run_s, run_peak = timed(apcir("run", str(config), "--no-progress"), cache)
         index_mb = sum(p.stat().st_size for p in (index / "postings.npz", index / "ids.txt")) / 2**20
-        rows.append((n + 894, index_mb, build_s, build_peak, run_s, run_peak, run_peak - index_mb))
+        for batch in args.batch_sizes:
+            config = cache / f"run-{n}-{batch}.toml"
+            run_dir = cache / f"run-{n}-{batch}"
+            shutil.rmtree(run_dir, ignore_errors=True)
+            config.write_text(
+                f'name = "memory-{n}"\noutput_dir = "{run_dir}"\n[retrieval]\nindex = "{index}"\n'
+                f'collection = "{collection}"\nbatch_size = {batch}\n[fusion.weights]\nsource = "cv"\n'
+                '[evaluation]\nqrels = "ikat23-test-provenance"\n[export]\nformat = "ikat24"\n'
+            )
+            run_s, run_peak = timed(apcir("run", str(config), "--no-progress"), cache)
+            rows.append((n + 894, index_mb, build_s, build_peak, batch, run_s, run_peak, run_peak - index_mb))
     print()
     print(f"`apcir run` memory: {os.cpu_count()} cores; the demo experiment over N passages (embedded backend, "
           "index built from precomputed vectors)\n")
-    print("| passages | index on disk MiB | index build s | build peak MiB | run s | run peak MiB | "
+    print("| passages | index on disk MiB | index build s | build peak MiB | query batch | run s | run peak MiB | "
           "run peak - index MiB |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
-    for n, index_mb, build_s, build_peak, run_s, run_peak, extra in rows:
-        print(f"| {n:,} | {index_mb:,.0f} | {build_s:,.0f} | {build_peak:,.0f} | {run_s:,.0f} | {run_peak:,.0f} | "
-              f"{extra:,.0f} |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n, index_mb, build_s, build_peak, batch, run_s, run_peak, extra in rows:
+        print(f"| {n:,} | {index_mb:,.0f} | {build_s:,.0f} | {build_peak:,.0f} | {batch} | {run_s:,.0f} | "
+              f"{run_peak:,.0f} | {extra:,.0f} |")
 
 
 if __name__ == "__main__":

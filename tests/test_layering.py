@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("foundation", ["apcir.errors", "apcir.ids", "apcir.console", "apcir.io", "apcir.registry"]),
     ("contract", ["apcir.contract"]),
     ("services", ["apcir.datasets", "apcir.metrics", "apcir.llm"]),
-    ("stages", ["apcir.reformulate", "apcir.retrieval", "apcir.fusion", "apcir.rerank", "apcir.export",
+    ("stages", ["apcir.reformulate", "apcir.retrieval", "apcir.fusion", "apcir.rerank", "apcir.respond", "apcir.export",
                 "apcir.evaluation"]),
     ("experiment", ["apcir.experiment"]),
     ("cli", ["apcir.cli", "apcir.__main__"]),

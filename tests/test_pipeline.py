@@ -51,7 +51,8 @@ def test_second_run_makes_no_llm_requests_and_no_retrieval_calls(small, tmp_path
         qr_fusion = load_run(run_dir / "systems" / "qr-fusion.run")  # one search per evaluated turn
         assert first.retrieval_calls == 4 * len(chosen) + len(qr_fusion)  # three lists, the manual rewrite
         for name in ("fused.run", "submission.json", "metrics.json", "weights.json", "weights-folds.json",
-                     "levels.tsv", "environment.json", "config.json", "timings.json"):
+                     "levels.tsv", "environment.json", "config.json", "timings.json", "responses.jsonl", "ptkb.run",
+                     "ptkb/profile.run", "ptkb/heuristic.run"):
             assert (run_dir / name).exists(), name
         metrics = first.metrics
         assert metrics is not None and "apcir" in metrics.systems and "rrf" in metrics.systems
@@ -65,7 +66,7 @@ def test_second_run_makes_no_llm_requests_and_no_retrieval_calls(small, tmp_path
         assert second.metrics == metrics
 
         changed = run_experiment(config(small, server, norm="max"), progress=False)
-        assert [o.name for o in changed.outcomes if o.ran] == ["fuse", "export", "evaluate"]
+        assert [o.name for o in changed.outcomes if o.ran] == ["fuse", "respond", "export", "evaluate"]
         assert server.count == len(chosen)
 
 
@@ -185,3 +186,45 @@ def test_tune_on_other_conversations_then_apply_a_weights_file(small, tmp_path):
         base["reformulator"]["base_url"] = server.url
         on_test = run_experiment(ExperimentConfig.model_validate(base), progress=False)
     assert on_test.metrics is not None and on_test.metrics.systems["apcir"].tuned_on_test
+
+
+def respond_or_reformulate(body):
+    """The fake model: a cited response, a judgement or a reformulation, as the system message asks."""
+    system = body["messages"][0]["content"]
+    if "conversational search assistant" in system:
+        return json.dumps({"response": "From the passages [1], and also [2].", "ptkb_used": ["1"]})
+    if "You grade the answer" in system:
+        return json.dumps({"aspects": [{"aspect": "a", "score": 2}, {"aspect": "b", "score": 0}]})
+    return default_content(body)
+
+
+def test_an_llm_responder_one_request_per_turn_and_none_on_a_rerun(small):
+    _, _, _, chosen = small
+    with FakeOpenAI(content=respond_or_reformulate) as server:
+        base = config(small, server, name="llm-respond").model_dump()
+        base["respond"] = {"responder": "gpt-respond", "base_url": server.url,
+                           "cache_dir": base["reformulator"]["cache_dir"], "concurrency": 1}
+        base["evaluation"]["ptkb_qrels"] = "ikat23-test-ptkb"
+        base["evaluation"]["judge"] = {"model": "judge-test", "base_url": server.url,
+                                       "cache_dir": base["reformulator"]["cache_dir"]}
+        cfg = ExperimentConfig.model_validate(base)
+        first = run_experiment(cfg, progress=False)
+        asked = [r for r in server.requests if "conversational search assistant" in r["messages"][0]["content"]]
+        assert len(asked) == len(chosen), "one response request per turn"
+        judged = [t for t in datasets.topics("ikat23-test") if t.turn_id in chosen and t.response.strip()]
+        assert first.llm_requests == 2 * len(chosen) + len(judged) and first.failed_turns == []
+        again = run_experiment(cfg, progress=False)
+        assert again.llm_requests == 0 and server.count == 2 * len(chosen) + len(judged)
+    metrics = first.metrics
+    assert metrics is not None and metrics.responses is not None and metrics.ptkb is not None
+    assert metrics.responses.responder == "gpt-respond" and metrics.responses.turns["ok"] == len(chosen)
+    assert metrics.responses.judge is not None and metrics.responses.judge.model == "judge-test"
+    assert metrics.responses.measures["judge"] == 0.5
+    assert set(metrics.ptkb.systems) == {"apcir", "heuristic", "profile"}
+    data = json.loads((cfg.run_dir / "submission.json").read_text())
+    for entry in data["turns"]:
+        response = entry["responses"][0]
+        assert response["text"] == "From the passages [1], and also [2]."
+        assert [p["used"] for p in response["passage_provenance"][:3]] == [True, True, False]
+    report = (cfg.run_dir / "report" / "report.md").read_text()
+    assert "## Responses" in report and "## PTKB statement ranking" in report

@@ -270,14 +270,16 @@ def test_one_score_out_of_order_is_one_problem(run_cli, submission, tmp_path):
     assert code == 1 and len(problems) == 1 and "higher than the one before" in problems[0], err
 
 
-def test_dashed_turn_ids_are_accepted(run_cli, submission, tmp_path):
+def test_dashed_turn_ids_are_flagged_as_the_organisers_flag_them(run_cli, submission, tmp_path):
     def dashed(data):
         for turn in data["turns"]:
             conversation, _, number = turn["turn_id"].rpartition("_")
             turn["turn_id"] = f"{conversation}-{number}"
 
+    # apcir reads 9-1-3 as 9-1_3 everywhere, but the organisers' validator stops on it (2024 main.py:200-207)
     code, out, err = run_cli("validate", str(edited(submission, tmp_path, dashed)), "--topics", "ikat24-test")
-    assert code == 0, err
+    assert code == 1 and "turn id '0-1' is not of the form <int>_<int>" in err
+    assert "missing turn" not in err, "the turns themselves are recognised"
 
 
 # ---- 7. export never writes an incomplete submission silently ---------------------------------------
@@ -311,7 +313,7 @@ def test_export_names_what_it_leaves_out(run_cli, tmp_path):
                            "--reformulations", str(refs), "--out", str(tmp_path / "s.json"))
     assert code == 0, err
     assert "1 turn(s) of the run are not in the topics and are not exported: 99-9_9" in err
-    assert f"1 turn(s) have no reformulation, so no PTKB provenance and no pseudo-response: {turns[0].turn_id}" in err
+    assert f"1 turn(s) have no reformulation, so no pseudo-response and no statements used: {turns[0].turn_id}" in err
     code, _, err = run_cli("export", str(run), "--topics", "ikat23-test", "--run-type", "semi-automatic",
                            "--out", str(tmp_path / "s2.json"))
     one_line_error(code, err, "--run-type 'semi-automatic'")

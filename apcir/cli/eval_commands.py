@@ -8,9 +8,15 @@ import typer
 from rich.table import Table
 
 from apcir import datasets
-from apcir.cli.common import console, err_console, means_table, print_json
+from apcir.cli.common import console, err_console, means_table, print_json, settings
+from apcir.contract.levels import load_levels
+from apcir.contract.responses import load_responses
 from apcir.contract.runs import read_run_file
+from apcir.errors import ApcirError
+from apcir.evaluation.responses import ResponseMetrics, evaluate_responses
+from apcir.evaluation.settings import JudgeSettings
 from apcir.evaluation.stage import compare_runs
+from apcir.io import check_writable, write_text
 
 
 def _labels(paths: list[Path]) -> list[str]:
@@ -119,5 +125,76 @@ def _print_json(comparison, labels, per_turn, rel_threshold, complete) -> None: 
     })
 
 
+def evaluate_responses_command(
+    responses: Path = typer.Argument(..., help="Responses JSONL of `apcir respond`."),
+    topics: str = typer.Option(..., "--topics", "-t", help="Topics with the canonical responses (name or file)."),
+    qrels: str | None = typer.Option(None, "--qrels", "-q", help="Passage qrels: citation precision (name or file)."),
+    levels: Path | None = typer.Option(
+        None, "--levels", help="Levels per turn (reformulations JSONL or turn_id<TAB>level): a per-level breakdown."
+    ),
+    rel_threshold: int = typer.Option(1, "--rel-threshold", "-l", min=1, help="Lowest grade of a relevant passage."),
+    judge: str | None = typer.Option(None, "--judge", help="LLM judge model (gpt-4o, ...); default: no judge."),
+    base_url: str = typer.Option(None, "--base-url", help="Judge: OpenAI-compatible server (default OPENAI_BASE_URL)."),
+    api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="Judge: environment variable of the key."),
+    cache_dir: Path = typer.Option(None, "--cache-dir", help="Judge: answer cache (default ~/.cache/apcir/llm)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Judge: neither read nor write the cache."),
+    concurrency: int = typer.Option(8, "--concurrency", "-j", min=1, help="Judge: requests in flight at most."),
+    structured: str = typer.Option("auto", "--structured", help="Judge: auto, json_schema, json_object or none."),
+    max_retries: int = typer.Option(6, "--max-retries", min=0, help="Judge: retries on 429, 5xx and timeouts."),
+    retry_delay: float = typer.Option(1.0, "--retry-delay", min=0.0, help="Judge: first backoff delay in seconds."),
+    timeout: float = typer.Option(120.0, "--timeout", help="Judge: seconds before a request is abandoned."),
+    prices: Path = typer.Option(None, "--prices", help="Judge: JSON price file."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write every number (per turn too) as JSON here."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+) -> None:
+    """Evaluate responses: ROUGE-L against the canonical responses, citation precision from the qrels, an LLM judge."""
+    judge_settings = settings(
+        JudgeSettings, model=judge, base_url=base_url, api_key_env=api_key_env,
+        cache_dir=str(cache_dir) if cache_dir else None, no_cache=no_cache, concurrency=concurrency,
+        structured=structured, max_retries=max_retries, retry_delay=retry_delay, timeout=timeout,
+        prices=str(prices) if prices else None,
+    )
+    if out is not None:
+        check_writable(out, "response metrics")
+    records = load_responses(responses)
+    if not records:
+        raise ApcirError("no response records", path=responses)
+    metrics = evaluate_responses(
+        records, datasets.topics(topics), topics=topics, qrels=datasets.qrels(qrels) if qrels else None,
+        qrels_name=qrels, rel_threshold=rel_threshold, levels=load_levels(levels) if levels else None,
+        judge_model=judge_settings.model, judge_settings=judge_settings,
+    )
+    if out is not None:
+        write_text(out, metrics.model_dump_json(indent=1))
+    if as_json:
+        print_json(metrics.model_dump(mode="json"))
+        return
+    console.print(response_table(metrics))
+    for note in metrics.notes:
+        console.print(f"note: {note}", highlight=False, markup=False)
+    if metrics.judge is not None:
+        j = metrics.judge
+        console.print(f"judge {j.model}: {j.judged} turns judged, {len(j.unjudged)} unjudged, {j.requests} requests, "
+                      f"{j.cache_hits} from the cache", highlight=False)
+    if out is not None:
+        console.print(f"every number, per turn too: {out}", highlight=False)
+
+
+def response_table(metrics: ResponseMetrics) -> Table:
+    """Response measures x100, overall and per level, each with the number of turns it is over."""
+    table = Table(title=f"responses of {metrics.responder} on {metrics.topics}"
+                        + (f" (citations vs {metrics.qrels}, grade >= {metrics.rel_threshold})" if metrics.qrels else ""))
+    table.add_column("turns")
+    measures = list(metrics.measures)
+    for name in measures:
+        table.add_column(name, justify="right")
+    rows = [("all", metrics.measures, metrics.turns)] + [
+        (f"level {level}", metrics.per_level[level], metrics.level_turns[level]) for level in metrics.per_level]
+    for label, means, counts in rows:
+        table.add_row(label, *(f"{100 * means[m]:.1f} (n={counts[m]})" if m in means else "-" for m in measures))
+    return table
+
+
 def register(app: typer.Typer) -> None:
     app.command("evaluate")(evaluate_command)
+    app.command("evaluate-responses")(evaluate_responses_command)

@@ -5,51 +5,73 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from apcir import datasets
 from apcir.cli.common import console, err_console, settings
 from apcir.contract.reformulations import load_reformulations
-from apcir.contract.runs import ranking, read_run_file, validate_run
+from apcir.contract.responses import load_responses
+from apcir.contract.runs import read_run_file, validate_run
 from apcir.errors import ApcirError
 from apcir.export.common import CLUEWEB_ID, SubmissionInputs
-from apcir.export.formats import FORMATS
+from apcir.export.formats import FORMATS, format_for_year
 from apcir.export.settings import ExportSettings
-from apcir.export.stage import validate_submission, write_submission
+from apcir.export.stage import text_ids, validate_submission, write_submission
 from apcir.io import check_writable, iter_lines
+from apcir.respond.ptkb import load_ptkb_run
 
 
 def export_command(
     run: Path = typer.Argument(..., help="TREC run file (e.g. the fused run)."),
     topics: str = typer.Option(..., "--topics", "-t", help="Topic set name or file."),
     out: Path = typer.Option(..., "--out", "-o", help="Submission file to write (.json, or .jsonl for ikat25)."),
-    fmt: str = typer.Option("ikat24", "--format", "-f", help=f"One of: {FORMATS.help()}."),
+    fmt: str | None = typer.Option(
+        None, "--format", "-f", help=f"One of: {FORMATS.help()}. Default: the format of the topics' year."
+    ),
+    responses: Path | None = typer.Option(
+        None, "--responses", help="Responses JSONL of `apcir respond`: the response texts and the cited passages."
+    ),
+    ptkb_run: Path | None = typer.Option(
+        None, "--ptkb-run", help="PTKB ranking of `apcir rank-ptkb` (default: ptkb_used first, then BM25)."
+    ),
     reformulations: Path | None = typer.Option(
-        None, "--reformulations", "-r", help="Reformulations JSONL: PTKB provenance and pseudo-responses."
+        None, "--reformulations", "-r", help="Reformulations JSONL: statements used, and the fallback pseudo-responses."
     ),
     collection: str | None = typer.Option(
         None, "--collection", help="Collection name or JSONL: passage texts for provenance and responses."
     ),
-    text: str = typer.Option("pseudo", "--text", help="Response text: 'pseudo' (LLM pseudo-response) or 'passage'."),
+    text: str = typer.Option(
+        "pseudo", "--text", help="Text of a turn without a response: 'pseudo' (pseudo-response) or 'passage'."
+    ),
     run_name: str | None = typer.Option(None, "--run-name", help="Run name (default: the run file's tag)."),
     run_type: str = typer.Option("automatic", "--run-type", help="automatic or manual."),
     team_id: str = typer.Option("apcir", "--team-id", help="Team id (2025 metadata)."),
+    ptkb: str = typer.Option("auto", "--ptkb", help="PTKB provenance: auto, ranked (every statement) or used."),
+    eval_response: bool = typer.Option(
+        True, "--eval-response/--no-eval-response", help="ikat24: have the organisers judge the responses."
+    ),
     allow_missing_text: bool = typer.Option(
         False, "--allow-missing-text", help="Write even when cited passages have no text (validate flags them)."
     ),
 ) -> None:
-    """Export a TREC run as an iKAT submission (2023/2024 JSON or 2025 JSONL)."""
-    options = settings(ExportSettings, format=fmt, text=text, run_type=run_type, team_id=team_id,
-                       allow_missing_text=allow_missing_text)
+    """Export a TREC run and its responses as an iKAT submission (2023/2024 JSON or 2025 JSONL)."""
+    year = datasets.topics_year(topics)
+    options = settings(ExportSettings, format=fmt or format_for_year(year), text=text, run_type=run_type,
+                       team_id=team_id, ptkb=ptkb, eval_response=eval_response, allow_missing_text=allow_missing_text)
+    assert options.format is not None
     check_writable(out, "submission")
     run_file = read_run_file(run)
     turns = datasets.topics(topics)
     used_top = 5
-    needed = {p for hits in run_file.run.values() for p, _ in ranking(hits, used_top)}
-    passages = datasets.passage_texts(datasets.collection_path(collection), needed) if collection else {}
+    answers = load_responses(responses) if responses else None
+    passages = (datasets.passage_texts(datasets.collection_path(collection), text_ids(run_file.run, answers, used_top))
+                if collection else {})
     records = load_reformulations(reformulations) if reformulations else {}
+    ranking = load_ptkb_run(ptkb_run, turns) if ptkb_run else None
     inputs = SubmissionInputs(run=run_file.run, turns=turns, run_name=run_name or run_file.tag or run.stem,
                               run_type=options.run_type, team_id=options.team_id, reformulations=records,
-                              passages=passages, mode=options.text, used_top=used_top)
+                              passages=passages, mode=options.text, used_top=used_top, responses=answers,
+                              ptkb=ranking, ptkb_mode=options.ptkb, eval_response=options.eval_response, year=year)
     write_submission(inputs, options.format, out, allow_missing_text=options.allow_missing_text)
     console.print(f"wrote {options.format} submission for {len(turns)} turns to {out}; check it with: "
                   f"apcir validate {out} --topics {topics}")
@@ -68,6 +90,7 @@ def validate_command(
     if fmt is not None and fmt != "trec":
         FORMATS.get(fmt)
     turns = datasets.topics(topics)
+    year = datasets.topics_year(topics)
     if fmt == "trec" or (fmt is None and _looks_like_trec(path)):
         run_file = read_run_file(path)
         problems = validate_run(run_file, {t.turn_id for t in turns})
@@ -78,9 +101,9 @@ def validate_command(
         if missing:
             problems.append(f"{len(missing)} topic turn(s) without results, e.g. {', '.join(missing[:5])}")
     else:
-        problems = validate_submission(path, turns, fmt)
+        problems = validate_submission(path, turns, fmt, year)
     for problem in problems:
-        err_console.print(f"[red]problem:[/] {problem}", highlight=False, soft_wrap=True)
+        err_console.print(f"[red]problem:[/] {escape(problem)}", highlight=False, soft_wrap=True)
     if problems:
         err_console.print(f"{path}: {len(problems)} problem(s)")
         raise typer.Exit(1)

@@ -32,7 +32,8 @@ app = typer.Typer(
 
 # Each area of the CLI is a module apcir/cli/<area>_commands.py with a register(app) function;
 # --help lists them in pipeline order, then any other area.
-_ORDER = ("run", "data", "reformulate", "retrieval", "fusion", "rerank", "export", "eval", "report")
+_ORDER = ("run", "data", "reformulate", "retrieval", "fusion", "rerank", "respond", "export", "eval",
+          "report")
 _areas = [m.name for m in pkgutil.iter_modules(apcir.cli.__path__) if m.name.endswith("_commands")]
 for name in sorted(_areas, key=lambda n: (_ORDER.index(n[: -len("_commands")]) if n[: -len("_commands")] in _ORDER
                                           else len(_ORDER), n)):

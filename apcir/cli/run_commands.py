@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from apcir.cli.common import console
+from apcir.cli.eval_commands import response_table
 from apcir.evaluation.results import RunMetrics
 from apcir.experiment.config import load_config, resolve_config_path, validate_config
 from apcir.experiment.pipeline import run_experiment
@@ -32,10 +33,26 @@ def comparison_table(metrics: RunMetrics) -> Table:
     return table
 
 
+def ptkb_table(metrics: RunMetrics) -> Table:
+    """The PTKB statement rankings against the PTKB qrels (x100)."""
+    assert metrics.ptkb is not None
+    ptkb = metrics.ptkb
+    table = Table(title=f"PTKB statement ranking vs {ptkb.qrels}")
+    table.add_column("ranking")
+    for measure in ptkb.measures:
+        table.add_column(measure, justify="right")
+    for result in ptkb.systems.values():
+        table.add_row(result.label, *(f"{100 * result.means[m]:.1f}" for m in ptkb.measures))
+    return table
+
+
 def run_command(
     config: str = typer.Argument(..., help="Experiment file (.toml/.yaml) or a bundled config name (demo)."),
     llm: str | None = typer.Option(None, "--llm", help="Override the reformulator (heuristic, manual, gpt-4o, ...)."),
-    base_url: str | None = typer.Option(None, "--base-url", help="Override the OpenAI-compatible server URL."),
+    responder: str | None = typer.Option(None, "--responder", help="Override the responder (extractive, gpt-4o, ...)."),
+    base_url: str | None = typer.Option(
+        None, "--base-url", help="Override the OpenAI-compatible server URL (reformulator and responder)."
+    ),
     output_dir: str | None = typer.Option(None, "--output-dir", "-o", help="Override the run directory."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars (logs, CI)."),
 ) -> None:
@@ -48,6 +65,12 @@ def run_command(
     if base_url:
         reformulator["base_url"] = base_url
     data["reformulator"] = reformulator
+    respond = dict(data.get("respond", {}))
+    if responder:
+        respond["responder"] = responder
+    if base_url:
+        respond["base_url"] = base_url
+    data["respond"] = respond
     if output_dir:
         data["output_dir"] = output_dir
     experiment = validate_config(data, path)
@@ -59,6 +82,12 @@ def run_command(
             f"{report.metrics.protocol}.",
             highlight=False,
         )
+        if report.metrics.ptkb is not None:
+            console.print(ptkb_table(report.metrics))
+        if report.metrics.responses is not None:
+            console.print(response_table(report.metrics.responses))
+            for note in report.metrics.responses.notes:
+                console.print(f"note: {note}", highlight=False, markup=False)
     reused = sum(1 for o in report.outcomes if not o.ran)
     console.print(
         f"this run: {report.llm_requests} LLM requests, {report.retrieval_calls} retrieval calls, "
@@ -66,8 +95,9 @@ def run_command(
         highlight=False,
     )
     console.print(
-        f"outputs in {report.run_dir}/: fused.run (TREC), submission{experiment.export.suffix} (iKAT), "
-        "systems/*.run, metrics.json, report/report.md",
+        f"outputs in {report.run_dir}/: fused.run (TREC), responses.jsonl, ptkb.run, "
+        f"submission{experiment.export.suffix} (iKAT {experiment.export.format}), systems/*.run, metrics.json, "
+        "report/report.md",
         highlight=False,
     )
     if report.failed_windows:

@@ -6,6 +6,7 @@ else, so any stage can be re-run alone on the artifacts of the one before.
 - :mod:`~apcir.contract.records`: :class:`Turn`, :class:`HistoryEntry`, :class:`Passage`, ``Run``, ``Qrels``;
 - :mod:`~apcir.contract.reformulations`: levels, the three list names, the reformulation records (JSONL);
 - :mod:`~apcir.contract.runs`: the one ranking order and TREC run files;
+- :mod:`~apcir.contract.responses`: the response records (JSONL) and their inline citations;
 - :mod:`~apcir.contract.levels`: ``turn_id<TAB>level`` files;
 - :mod:`~apcir.contract.weights`: ``weights.json``.
 """
@@ -24,6 +25,7 @@ from apcir.contract.reformulations import (
     load_reformulations,
     with_fallbacks,
 )
+from apcir.contract.responses import ResponseRecord, cited_numbers, load_responses, strip_citations
 from apcir.contract.runs import RunFile, load_run, ranking, read_run_file, trec_order, write_run
 from apcir.contract.weights import LevelWeights, TunedOn, WeightsFile, load_weights
 
@@ -38,19 +40,23 @@ __all__ = [
     "QueryInput",
     "ReformulationOutput",
     "ReformulationRecord",
+    "ResponseRecord",
     "Run",
     "RunFile",
     "TunedOn",
     "Turn",
     "Usage",
     "WeightsFile",
+    "cited_numbers",
     "levels_of",
     "load_levels",
     "load_reformulations",
+    "load_responses",
     "load_run",
     "load_weights",
     "ranking",
     "read_run_file",
+    "strip_citations",
     "trec_order",
     "with_fallbacks",
     "write_levels",

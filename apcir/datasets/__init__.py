@@ -12,6 +12,7 @@ from apcir.datasets.registry import COLLECTIONS, QRELS, TOPICS, collection_path,
 from apcir.datasets.topics import load_topics
 from apcir.errors import ApcirError
 from apcir.ids import canonical_turn_id
+from apcir.io import read_json
 
 
 def topics(name_or_path: str | Path) -> list[Turn]:
@@ -22,6 +23,29 @@ def topics(name_or_path: str | Path) -> list[Turn]:
 def qrels(name_or_path: str | Path) -> Qrels:
     """Judgements of bundled qrels (``ikat23-test``) or of a qrels file."""
     return load_qrels(qrels_path(name_or_path))
+
+
+def topics_year(name_or_path: str | Path) -> int:
+    """The iKAT year (2023, 2024 or 2025) whose submission format fits these topics.
+
+    A bundled set is named by its year (``ikat23-test`` -> 2023). A topic file
+    is told by its schema, as the organisers' validators read it: the 2025
+    schema (``responses``) is 2025; conversation numbers that are all integers
+    (``17``, the 2024 files write them as JSON numbers) are 2024, whose
+    validator parses turn ids as ``<int>_<int>``; anything else (``9-1``) is 2023.
+    """
+    text = str(name_or_path)
+    if text in TOPICS:
+        return 2000 + int(text[4:6])
+    data = read_json(topics_path(name_or_path), "topic file")
+    conversations = [c for c in data if isinstance(c, dict)] if isinstance(data, list) else []
+    if any("responses" in c for c in conversations):
+        return 2025
+    numbers = [c.get("number") for c in conversations]
+    if numbers and all(isinstance(n, int) and not isinstance(n, bool) or (isinstance(n, str) and n.strip().isdigit())
+                       for n in numbers):
+        return 2024
+    return 2023
 
 
 def select_turns(
@@ -64,5 +88,6 @@ __all__ = [
     "select_turns",
     "topics",
     "topics_path",
+    "topics_year",
     "write_qrels",
 ]

@@ -225,6 +225,48 @@ def plot_grid(runs: list[RunMetrics], out: Path, system: str = "apcir") -> Path:
     return path
 
 
+def response_section(runs: list[RunMetrics]) -> list[str]:
+    """The responses' measures x100, overall and per LLM level (as Table 6 does for retrieval)."""
+    parts: list[str] = []
+    for run in runs:
+        metrics = run.responses
+        if metrics is None:
+            continue
+        measures = list(metrics.measures)
+        parts += [f"**{run.name}**: responses of `{metrics.responder}`"
+                  + (f"; citations against `{metrics.qrels}` (grade >= {metrics.rel_threshold})" if metrics.qrels
+                     else "")
+                  + (f"; judge `{metrics.judge.model}`" if metrics.judge else ""), ""]
+        if not measures:
+            parts += ["_no response could be scored_", ""]
+        else:
+            parts += ["| turns | " + " | ".join(measures) + " |", "|---" * (len(measures) + 1) + "|"]
+            rows = [("all", metrics.measures, metrics.turns)] + [
+                (LEVEL_NAMES.get(level, level), metrics.per_level[level], metrics.level_turns[level])
+                for level in metrics.per_level]
+            for label, means, counts in rows:
+                cells = [f"{100 * means[m]:.1f} (n={counts[m]})" if m in means else "-" for m in measures]
+                parts.append(f"| {label} | " + " | ".join(cells) + " |")
+            parts.append("")
+        parts += [f"- {note}" for note in metrics.notes] + ([""] if metrics.notes else [])
+    return parts
+
+
+def ptkb_section(runs: list[RunMetrics]) -> list[str]:
+    """The PTKB statement rankings against the PTKB qrels, x100."""
+    parts: list[str] = []
+    for run in runs:
+        if run.ptkb is None:
+            continue
+        measures = run.ptkb.measures
+        parts += [f"**{run.name}** vs `{run.ptkb.qrels}`", "",
+                  "| ranking | " + " | ".join(measures) + " |", "|---" * (len(measures) + 1) + "|"]
+        parts += [f"| {r.label} | " + " | ".join(f"{100 * r.means[m]:.1f}" for m in measures) + " |"
+                  for r in run.ptkb.systems.values()]
+        parts.append("")
+    return parts
+
+
 def write_report(runs: list[RunMetrics], out: Path, baseline: str | None = None) -> Path:
     """Write ``report.md`` (and PNG plots) into ``out``; returns the Markdown file."""
     out.mkdir(parents=True, exist_ok=True)
@@ -258,6 +300,13 @@ def write_report(runs: list[RunMetrics], out: Path, baseline: str | None = None)
     for run in runs:
         parts += [f"**{run.name}**", "", agreement_table(run)]
     parts += ["## Table 6: nDCG@3 per personalisation level", "", level_table(runs)]
+    if any(run.responses is not None for run in runs):
+        parts += ["## Responses: ROUGE-L, citations and judge per personalisation level", "",
+                  "x100; ROUGE-L (F, stemmed) against the canonical responses; citation precision: share of cited "
+                  "passages judged relevant; relevant citation: share of judged turns citing a relevant passage.", "",
+                  *response_section(runs)]
+    if any(run.ptkb is not None for run in runs):
+        parts += ["## PTKB statement ranking", "", *ptkb_section(runs)]
     for path in plot_levels(runs, out):
         parts += [f"![{path.stem}]({path.name})", ""]
     report = out / "report.md"

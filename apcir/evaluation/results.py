@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, ValidationError
 
 from apcir.errors import ApcirError
+from apcir.evaluation.responses import ResponseMetrics
 from apcir.io import read_json, write_text
 
 METRICS_FILE = "metrics.json"
@@ -46,6 +47,14 @@ class TurnInfo(BaseModel):
     human_personalised: bool = Field(description="the annotators marked PTKB statements as relevant")
 
 
+class PtkbMetrics(BaseModel):
+    """The PTKB statement rankings against the PTKB qrels: apcir's and its two reference orders."""
+
+    qrels: str
+    measures: list[str]
+    systems: dict[str, SystemResult]
+
+
 class RunMetrics(BaseModel):
     """Everything ``apcir report`` needs from one run directory."""
 
@@ -63,6 +72,8 @@ class RunMetrics(BaseModel):
     backend: str | None = Field(None, description="the retrieval backend (the grid's rows)")
     encoder: str | None = Field(None, description="its model (None for BM25)")
     rerankers: dict[str, RerankerInfo] = Field(default_factory=dict, description="re-rankers by key (grid columns)")
+    responses: ResponseMetrics | None = Field(None, description="the responses' ROUGE-L, citations and judge scores")
+    ptkb: PtkbMetrics | None = Field(None, description="the PTKB statement rankings (with ptkb_qrels)")
 
 
 def write_metrics(metrics: RunMetrics, run_dir: Path) -> Path:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from apcir.llm.settings import LLMSettings
 from apcir.metrics.measures import parse_measures
+
+
+class JudgeSettings(LLMSettings):
+    """The LLM judge of the responses (``[evaluation.judge]``); off unless ``model`` is set."""
+
+    model: str | None = Field(None, description="the judge model (gpt-4o, ...); none: no judge")
 
 
 class EvaluationSettings(BaseModel):
@@ -15,8 +22,13 @@ class EvaluationSettings(BaseModel):
     rel_threshold: int = Field(1, ge=1, description="lowest grade binary measures count as relevant (trec_eval -l)")
     complete: bool = Field(False, description="count judged turns missing from a run as 0 (trec_eval -c)")
     baseline: str = Field("no-personalisation", description="system the significance tests compare against")
+    ptkb_qrels: str | None = Field(
+        None, description="PTKB statement qrels (ikat23-test-ptkb): evaluate the PTKB ranking and its baselines"
+    )
+    ptkb_measures: list[str] = Field(default_factory=lambda: ["ptkb"], description="measures of the PTKB ranking")
+    judge: JudgeSettings = Field(default_factory=JudgeSettings, description="LLM judge of the responses (off)")
 
-    @field_validator("measures")
+    @field_validator("measures", "ptkb_measures")
     @classmethod
     def _known_measures(cls, value: list[str]) -> list[str]:
         try:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from apcir.contract.records import Qrels, Run, Turn
 from apcir.errors import ApcirError
-from apcir.evaluation.results import RerankerInfo, RunMetrics, SystemResult, TurnInfo
+from apcir.evaluation.results import PtkbMetrics, RerankerInfo, RunMetrics, SystemResult, TurnInfo
 from apcir.evaluation.settings import EvaluationSettings
 from apcir.fusion.systems import SYSTEMS
 from apcir.metrics import Comparison, Evaluation, evaluate, paired_t_tests, parse_measures
@@ -89,6 +89,26 @@ def evaluate_systems(
                for t in turns},
         backend=backend, encoder=encoder, rerankers=rerankers,
     )
+
+
+PTKB_RANKINGS = {
+    "apcir": ("APCIR statement ranking", "the reformulation's ptkb_used first, then similarity to the personalised "
+                                         "rewrite (the index's encoder, or BM25)"),
+    "heuristic": ("heuristic tf-idf order", "the heuristic reformulator's tf-idf cosine with the utterance and context"),
+    "profile": ("profile order", "the statements in the profile's own order"),
+}
+
+
+def evaluate_ptkb(rankings: Mapping[str, Run], qrels: Qrels, qrels_name: str, measures: list[str]) -> PtkbMetrics:
+    """The PTKB rankings (runs over statement ids) against PTKB qrels; names from :data:`PTKB_RANKINGS`."""
+    chosen = parse_measures(measures)
+    systems = {}
+    for name, run in rankings.items():
+        evaluation = evaluate(run, qrels, chosen)
+        label, description = PTKB_RANKINGS.get(name, (name, ""))
+        systems[name] = SystemResult(label=label, groups=["ptkb"], description=description,
+                                     means=evaluation.measures, per_turn=evaluation.per_turn)
+    return PtkbMetrics(qrels=qrels_name, measures=[m.name for m in chosen], systems=systems)
 
 
 @dataclass

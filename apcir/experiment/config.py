@@ -4,7 +4,9 @@ Each section is the settings record of one stage, the same record that
 stage's command builds from its options: ``[reformulator]``
 (:class:`~apcir.reformulate.options.ReformulatorOptions`), ``[retrieval]``,
 ``[fusion]`` (with ``[fusion.weights]``), ``[rerank]`` (optional; one table, or
-several as ``[[rerank]]``), ``[evaluation]`` and ``[export]``.
+several as ``[[rerank]]``), ``[respond]``, ``[evaluation]`` (with
+``[evaluation.judge]``) and ``[export]``. The export format defaults to the
+topics' year's, and a format of another year is refused here, before any work.
 Every field has a default that runs the embedded demo offline, so the
 smallest config is a name. Relative paths are resolved against the working
 directory of ``apcir run``. The resolved config is saved into the run
@@ -21,13 +23,17 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from apcir import datasets
 from apcir.errors import ApcirError
 from apcir.evaluation.settings import EvaluationSettings
+from apcir.export.common import format_year_problem
+from apcir.export.formats import FORMATS
 from apcir.export.settings import ExportSettings
 from apcir.fusion.settings import FusionSettings
 from apcir.io import read_text
 from apcir.reformulate.options import ReformulatorOptions
 from apcir.rerank.settings import RerankSettings
+from apcir.respond.settings import RespondSettings
 from apcir.retrieval.settings import RetrievalSettings
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -46,6 +52,7 @@ class ExperimentConfig(BaseModel):
     rerank: list[RerankSettings] = Field(
         default_factory=list, description="re-rankers applied after fusion (none: no re-ranking); [rerank] or [[rerank]]"
     )
+    respond: RespondSettings = Field(default_factory=RespondSettings)
     evaluation: EvaluationSettings = Field(default_factory=EvaluationSettings)
     export: ExportSettings = Field(default_factory=ExportSettings)
 
@@ -69,6 +76,24 @@ class ExperimentConfig(BaseModel):
             raise ValueError(f"two [[rerank]] entries are both called {repeated[0]!r}: give one a `name`")
         if sum(r.submit for r in self.rerank) > 1:
             raise ValueError("only one [[rerank]] entry can set submit = true")
+        return self
+
+    @model_validator(mode="after")
+    def _format_of_the_topics(self) -> ExperimentConfig:
+        """``export.format`` defaults to the topics' year's; another year's format is refused (see the export)."""
+        try:
+            year = datasets.topics_year(self.topics)
+        except ApcirError as exc:
+            raise ValueError(f"topics: {exc}") from None
+        fmt = self.export.format
+        if fmt is not None:
+            problem = format_year_problem(fmt, FORMATS.get(fmt).year, year)
+            if problem is not None:
+                raise ValueError(f"export.format: {problem}")
+        try:
+            self.export = self.export.resolved(year)
+        except ApcirError as exc:
+            raise ValueError(f"export.run_type: {exc}") from None
         return self
 
     @property

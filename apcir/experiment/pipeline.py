@@ -19,9 +19,12 @@ layout (``runs/<name>/`` by default)::
     systems/<system>.run   APCIR and every baseline, as evaluated; systems/fusion.json says how
     systems/<system>+<re-ranker>.run   with [rerank]: those systems re-ranked (evaluated too)
     fused.run              the APCIR run for every turn (what the submission holds)
-    fused+<re-ranker>.run  with [rerank] submit = true: fused.run re-ranked (then the submission holds it)
+    fused+<re-ranker>.run  with [rerank] submit = true: fused.run re-ranked (the responses cite it, the submission
+                           holds it)
+    ptkb.run               every turn's PTKB statements ranked (TREC run over statement ids); ptkb/ its baselines
+    responses.jsonl        one cited response per turn; .summary.json holds usage and cost
     submission.json(l)     the iKAT submission
-    metrics.json           trec_eval numbers per system and turn (with qrels)
+    metrics.json           trec_eval numbers per system and turn (with qrels), the responses' and the PTKB ranking's
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from apcir.contract.reformulations import (
     load_reformulations,
     with_fallbacks,
 )
-from apcir.contract.runs import load_run, ranking, write_run
+from apcir.contract.runs import load_run, write_run
 from apcir.contract.weights import WeightsFile, load_weights
 from apcir.errors import ApcirError, set_crash_log_dir
 from apcir.evaluation.results import RerankerInfo, RunMetrics, read_metrics, write_metrics
@@ -59,6 +62,17 @@ from apcir.rerank.registry import RERANKERS
 from apcir.rerank.settings import RerankSettings
 
 FUSION_FILE = "fusion.json"
+_PACKAGE = Path(__file__).resolve().parent.parent
+
+
+def _code_digest(*files: str) -> str:
+    """A hash of some of apcir's own source files: a stage whose output they decide is redone when they change."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name in files:
+        digest.update((_PACKAGE / name).read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def query_vectors_path(run_path: Path) -> Path:
@@ -475,39 +489,115 @@ class Experiment:
         corpus = [s for statements in inputs.profiles.values() for s in statements] + list(inputs.passages.values())
         inputs.encode = tfidf_encoder(corpus)
 
-    # ---- stage 4: export ---------------------------------------------------------------------
-    def export(self, turns: list[Turn], records: dict[str, ReformulationRecord], index_dir: Path,
-               fused_path: Path | None = None) -> Path:
-        from apcir.export.common import SubmissionInputs
-        from apcir.export.stage import write_submission
+    # ---- stage 4: PTKB statement ranking and responses ---------------------------------------
+    def rank_ptkb(self, turns: list[Turn], records: dict[str, ReformulationRecord]) -> Path:
+        """``ptkb.run`` (apcir's ranking, what the responses and the submission use) and its two baselines."""
+        from apcir.respond.ptkb import (
+            BM25,
+            heuristic_order,
+            profile_order,
+            rank_statements,
+            similarity_for,
+            write_ptkb_run,
+        )
 
         cfg = self.config
-        out = self.run_dir / f"submission{cfg.export.suffix}"
-        passages_source = cfg.retrieval.passages_source
-        fused_path = fused_path or self.run_dir / "fused.run"
-        inputs = {"name": cfg.name, "fused": fused_path, "topics": datasets.topics_path(cfg.topics),
-                  "turns": [t.turn_id for t in turns], "reformulations": self.run_dir / "reformulations.jsonl",
-                  "passages": datasets.collection_path(passages_source) if passages_source else None,
-                  "export": cfg.export.model_dump(mode="json")}
+        out = self.run_dir / "ptkb.run"
+        baselines = {name: self.run_dir / "ptkb" / f"{name}.run" for name in ("heuristic", "profile")}
+        encoder = cfg.retrieval.encoder if cfg.retrieval.uses_encoder else BM25
+        inputs = {"reformulations": self.run_dir / "reformulations.jsonl", "topics": datasets.topics_path(cfg.topics),
+                  "turns": [t.turn_id for t in turns], "encoder": encoder, "code": _code_digest("respond/ptkb.py",
+                                                                                              "respond/text.py")}
 
         def work() -> str:
-            fused = self.read_run(fused_path)
-            used_top = 5
-            needed = {p for hits in fused.values() for p, _ in ranking(hits, used_top)}
+            spec = similarity_for(encoder)
+            write_ptkb_run(rank_statements(turns, records, spec), out, tag=f"{cfg.name}-ptkb")
+            write_ptkb_run(heuristic_order(turns), baselines["heuristic"], tag=f"{cfg.name}-ptkb-heuristic")
+            write_ptkb_run(profile_order(turns), baselines["profile"], tag=f"{cfg.name}-ptkb-profile")
+            return f"statements of {len(turns)} turns ranked (ptkb_used first, then {spec.name} similarity)"
+
+        self.stage("ptkb", inputs, [out, *baselines.values()], work)
+        return out
+
+    def respond(self, turns: list[Turn], records: dict[str, ReformulationRecord], final_run: Path,
+                ptkb_run: Path, index_dir: Path) -> Path:
+        """``responses.jsonl``: one response per turn from the final run's top passages (resumable)."""
+        from apcir.respond.job import build_jobs, needed_passages
+        from apcir.respond.ptkb import load_ptkb_run
+        from apcir.respond.stage import respond, stage_identity
+
+        cfg = self.config
+        out = self.run_dir / "responses.jsonl"
+        passages_source = cfg.retrieval.passages_source
+        inputs = {"run": final_run, "reformulations": self.run_dir / "reformulations.jsonl", "ptkb": ptkb_run,
+                  "topics": datasets.topics_path(cfg.topics), "turns": [t.turn_id for t in turns],
+                  "passages": datasets.collection_path(passages_source) if passages_source else None,
+                  **stage_identity(cfg.respond)}
+        failed: list[str] = []
+
+        def work() -> str:
+            run = self.read_run(final_run)
             store = self.passage_texts(index_dir)
-            passages = store.texts(needed) if store is not None else {}
-            inputs_ = SubmissionInputs(run=fused, turns=turns, run_name=cfg.name, run_type=cfg.export.run_type,
+            texts = store.texts(needed_passages(run, turns, cfg.respond.top_k)) if store is not None else {}
+            jobs = build_jobs(turns, records, run, texts, load_ptkb_run(ptkb_run, turns), cfg.respond.top_k)
+            summary = respond(jobs, cfg.respond, out, progress=self.progress)
+            self.report.llm_requests += summary.requests
+            failed.extend(summary.failed_turns)
+            return (f"{summary.ok} responses ok, {summary.failed} failed ({summary.responder}), "
+                    f"{summary.requests} LLM requests, {summary.cache_hits} cache hits")
+
+        self.stage("respond", inputs, [out], work)
+        if failed:
+            self.ledger.mark_unfinished("respond")  # the next run asks the failed turns again
+            self.report.failed_turns.extend(failed)
+            shown = ", ".join(failed[:10]) + (" ..." if len(failed) > 10 else "")
+            self.say(f"[yellow]warning:[/] {len(failed)} turn(s) have no response (their records keep the error and "
+                     f"the raw answer; the submission falls back to the pseudo-response): {shown}")
+        return out
+
+    # ---- stage 5: export ---------------------------------------------------------------------
+    def export(self, turns: list[Turn], records: dict[str, ReformulationRecord], final_run: Path, responses: Path,
+               ptkb_run: Path, index_dir: Path) -> Path:
+        from apcir.contract.responses import load_responses
+        from apcir.export.common import SubmissionInputs
+        from apcir.export.stage import text_ids, write_submission
+        from apcir.respond.ptkb import load_ptkb_run
+
+        cfg = self.config
+        fmt = cfg.export.format
+        assert fmt is not None  # resolved by the config from the topics
+        out = self.run_dir / f"submission{cfg.export.suffix}"
+        passages_source = cfg.retrieval.passages_source
+        inputs = {"name": cfg.name, "fused": final_run, "topics": datasets.topics_path(cfg.topics),
+                  "turns": [t.turn_id for t in turns], "reformulations": self.run_dir / "reformulations.jsonl",
+                  "responses": responses, "ptkb": ptkb_run,
+                  "passages": datasets.collection_path(passages_source) if passages_source else None,
+                  "export": cfg.export.model_dump(mode="json"), "code": _code_digest("export/common.py")}
+
+        def work() -> str:
+            run = self.read_run(final_run)
+            used_top = 5
+            answers = load_responses(responses)
+            store = self.passage_texts(index_dir)
+            passages = store.texts(text_ids(run, answers, used_top)) if store is not None else {}
+            inputs_ = SubmissionInputs(run=run, turns=turns, run_name=cfg.name, run_type=cfg.export.run_type,
                                        team_id=cfg.export.team_id, reformulations=records, passages=passages,
-                                       mode=cfg.export.text, used_top=used_top)
-            write_submission(inputs_, cfg.export.format, out, allow_missing_text=cfg.export.allow_missing_text)
-            return f"{cfg.export.format} submission of {len(turns)} turns"
+                                       mode=cfg.export.text, used_top=used_top, responses=answers,
+                                       ptkb=load_ptkb_run(ptkb_run, turns), ptkb_mode=cfg.export.ptkb,
+                                       eval_response=cfg.export.eval_response,
+                                       year=datasets.topics_year(cfg.topics))
+            write_submission(inputs_, fmt, out, allow_missing_text=cfg.export.allow_missing_text)
+            return f"{fmt} submission of {len(turns)} turns"
 
         self.stage("export", inputs, [out], work)
         return out
 
-    # ---- stage 5: evaluation -----------------------------------------------------------------
-    def evaluate(self, turns: list[Turn], reranked: dict[str, tuple[str, str]] | None = None) -> None:
-        from apcir.evaluation.stage import evaluate_systems
+    # ---- stage 6: evaluation -----------------------------------------------------------------
+    def evaluate(self, turns: list[Turn], responses: Path, ptkb_run: Path,
+                 reranked: dict[str, tuple[str, str]] | None = None) -> None:
+        from apcir.contract.responses import load_responses
+        from apcir.evaluation.responses import evaluate_responses
+        from apcir.evaluation.stage import evaluate_ptkb, evaluate_systems
 
         cfg = self.config
         qrels_name = cfg.evaluation.qrels
@@ -519,10 +609,17 @@ class Experiment:
         rerankers = reranker_infos(cfg.rerank)
         retrieval = {"backend": cfg.retrieval.backend,
                      "encoder": cfg.retrieval.encoder if cfg.retrieval.uses_encoder else None}
+        ptkb_runs = {"apcir": ptkb_run, "heuristic": self.run_dir / "ptkb" / "heuristic.run",
+                     "profile": self.run_dir / "ptkb" / "profile.run"}
+        ptkb_qrels = cfg.evaluation.ptkb_qrels
+        judge = cfg.evaluation.judge
         inputs = {"systems": system_files, "fusion": self.run_dir / "systems" / FUSION_FILE,
                   "qrels": datasets.qrels_path(qrels_name), "evaluation": cfg.evaluation.model_dump(mode="json"),
                   "levels": self.run_dir / "levels.tsv", "topics": datasets.topics_path(cfg.topics),
-                  "turns": [t.turn_id for t in turns], "name": cfg.name, "retrieval": retrieval}
+                  "turns": [t.turn_id for t in turns], "name": cfg.name, "responses": responses,
+                  "ptkb": ptkb_runs if ptkb_qrels else None,
+                  "ptkb_qrels": datasets.qrels_path(ptkb_qrels) if ptkb_qrels else None,
+                  "code": _code_digest("evaluation/responses.py", "evaluation/judge.py"), "retrieval": retrieval}
         if reranked:
             inputs["reranked"] = {"systems": reranked, "rerankers": {k: v.model_dump() for k, v in rerankers.items()}}
 
@@ -533,6 +630,17 @@ class Experiment:
                 protocol=fusion["protocol"], tuned_on_test=fusion["tuned_on_test"], reranked=reranked,
                 rerankers=rerankers, **retrieval,
             )
+            levels = load_levels(self.run_dir / "levels.tsv")
+            metrics.responses = evaluate_responses(
+                load_responses(responses), turns, topics=cfg.topics, qrels=datasets.qrels(qrels_name),
+                qrels_name=qrels_name, rel_threshold=cfg.evaluation.rel_threshold, levels=levels,
+                judge_model=judge.model, judge_settings=judge,
+            )
+            if metrics.responses.judge is not None:
+                self.report.llm_requests += metrics.responses.judge.requests
+            if ptkb_qrels:
+                metrics.ptkb = evaluate_ptkb({name: load_run(path) for name, path in ptkb_runs.items()},
+                                             datasets.qrels(ptkb_qrels), ptkb_qrels, cfg.evaluation.ptkb_measures)
             write_metrics(metrics, self.run_dir)
             self.report.metrics = metrics
             return f"{len(system_files)} systems on {qrels_name}"
@@ -605,11 +713,15 @@ def _run(config: ExperimentConfig, console: Console, progress: bool) -> RunRepor
         tuning_inputs = [Path(weights_cfg.file)]
     exp.fuse(turns, records, list(list_paths.values()), given, tuning_inputs, index_dir)
     reranked: dict[str, tuple[str, str]] = {}
-    fused_path: Path | None = None
+    reranked_fused: Path | None = None
     if config.rerank:
-        reranked, fused_path = exp.rerank(records, manual_records, index_dir)
-    submission = exp.export(turns, records, index_dir, fused_path)
-    exp.evaluate(turns, reranked)
+        reranked, reranked_fused = exp.rerank(records, manual_records, index_dir)
+    # the run the responses cite and the submission holds: fused.run, or it re-ranked ([rerank] submit = true)
+    final_run = reranked_fused or run_dir / "fused.run"
+    ptkb_run = exp.rank_ptkb(turns, records)
+    responses = exp.respond(turns, records, final_run, ptkb_run, index_dir)
+    submission = exp.export(turns, records, final_run, responses, ptkb_run, index_dir)
+    exp.evaluate(turns, responses, ptkb_run, reranked)
     _check_outputs(exp, turns, submission)
     write_json(run_dir / "timings.json", {o.name: round(o.seconds, 3) for o in exp.report.outcomes}
                | {"total": round(time.perf_counter() - started, 3)})
@@ -621,7 +733,8 @@ def _check_outputs(exp: Experiment, turns: list[Turn], submission: Path) -> None
     from apcir.evaluation.report import write_report
     from apcir.export.stage import validate_submission
 
-    problems = validate_submission(submission, turns, exp.config.export.format)
+    problems = validate_submission(submission, turns, exp.config.export.format,
+                                   datasets.topics_year(exp.config.topics))
     exp.report.submission_problems = problems
     if problems:
         exp.say(f"[yellow]warning:[/] {submission} has {len(problems)} problem(s):")

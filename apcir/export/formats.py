@@ -33,13 +33,22 @@ class FormatSpec:
 
 
 FORMATS: Registry[FormatSpec] = Registry("submission format")
-FORMATS.add(FormatSpec("ikat23", "iKAT 2023 JSON: PTKB provenance as {id, text, score}, no 'used'", ".json", 2023,
+# run_types: 2023 main.py:233-235; 2024 main.py:27; 2025 validate_trec_ikat25.py:11
+FORMATS.add(FormatSpec("ikat23", "iKAT 2023 JSON: PTKB provenance as ranked {id, text, score}", ".json", 2023,
                        build="apcir.export.ikat_json:build_2023", check="apcir.export.ikat_json:check_2023",
                        run_types=("automatic", "manual"), passage_text=True))
-FORMATS.add(FormatSpec("ikat24", "iKAT 2024 JSON: PTKB provenance as ids, passage provenance {id, text, score, used}",
+FORMATS.add(FormatSpec("ikat24", "iKAT 2024 JSON: PTKB provenance as ids, eval_response",
                        ".json", 2024, build="apcir.export.ikat_json:build_2024",
                        check="apcir.export.ikat_json:check_2024",
-                       run_types=("automatic", "manual", "only_response", "generation-only"), passage_text=True))
+                       run_types=("automatic", "manual", "only_response"), passage_text=True))
 FORMATS.add(FormatSpec("ikat25", "iKAT 2025 JSONL: references, responses with citations", ".jsonl", 2025,
                        build="apcir.export.ikat2025:build", check="apcir.export.ikat2025:check",
                        run_types=("automatic", "manual", "generation-only"), passage_text=False))
+
+
+def format_for_year(year: int) -> str:
+    """The format of the iKAT ``year`` (the one its organisers' validator reads)."""
+    for spec in FORMATS:
+        if spec.year == year:
+            return spec.name
+    raise ValueError(f"no submission format for iKAT {year}")

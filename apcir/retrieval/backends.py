@@ -57,6 +57,7 @@ def open_index(
     device: str | None = None,
     threads: int = 2,
     backend: str | None = None,
+    batch_size: int = 32,
 ) -> Backend:
     """Open the index at ``index_dir`` with the backend its manifest names.
 
@@ -82,7 +83,8 @@ def open_index(
                     "a Lucene impact index without an apcir manifest needs the query encoder it was built "
                     "with (--encoder, e.g. naver/splade-v3)", path=folder,
                 )
-            query_encoder = encoder if isinstance(encoder, TextEncoder) else SpladeEncoder(encoder, device=device)
+            query_encoder = (encoder if isinstance(encoder, TextEncoder)
+                             else SpladeEncoder(encoder, device=device, batch_size=batch_size))
         return spec.call("open", folder, None, query_encoder, threads=threads)  # type: ignore[no-any-return]
     manifest = read_manifest(folder)
     if manifest.backend not in BACKENDS:
@@ -103,12 +105,14 @@ def open_index(
             raise ApcirError(f"{folder} is a {spec.name} index; it takes no query encoder", path=folder)
         return spec.call("open", folder, manifest, None, threads=threads)  # type: ignore[no-any-return]
     return spec.call(  # type: ignore[no-any-return]
-        "open", folder, manifest, _matching_encoder(folder, manifest, spec.encoder, encoder, device), threads=threads
+        "open", folder, manifest, _matching_encoder(folder, manifest, spec.encoder, encoder, device, batch_size),
+        threads=threads,
     )
 
 
 def _matching_encoder(
-    folder: Path, manifest: IndexManifest, kind: str, encoder: TextEncoder | str | None, device: str | None
+    folder: Path, manifest: IndexManifest, kind: str, encoder: TextEncoder | str | None, device: str | None,
+    batch_size: int = 32,
 ) -> TextEncoder:
     if manifest.model is None:
         raise ApcirError("the index manifest names no model", path=folder)
@@ -123,6 +127,7 @@ def _matching_encoder(
             query_max_length=manifest.query_max_length or 64,
             response_max_length=manifest.response_max_length or 256,
             doc_max_length=manifest.doc_max_length or 256,
+            batch_size=batch_size,
         )
     name = encoder.name if isinstance(encoder, TextEncoder) else canonical_model_name(encoder)
     if name != manifest.model:
@@ -133,4 +138,4 @@ def _matching_encoder(
         )
     if isinstance(encoder, TextEncoder):
         return encoder
-    return _matching_encoder(folder, manifest, kind, None, device)
+    return _matching_encoder(folder, manifest, kind, None, device, batch_size)

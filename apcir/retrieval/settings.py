@@ -18,6 +18,10 @@ class RetrievalSettings(BaseModel):
     collection: str | None = Field("ikat23-provenance", description="collection to build the index from if missing")
     encoder: str = Field("splade-tiny", description="the model that encodes passages and queries (not used by BM25)")
     k: int = Field(1000, ge=1, description="passages retrieved per list")
+    batch_size: int = Field(
+        32, ge=1, description="texts per forward pass of the query encoder; its memory is batch x length x "
+        "vocabulary floats (32 x 322 x 30,522 x 4 B = 1.26 GB for SPLADE queries): lower it on a small machine",
+    )
     passages: str | None = Field(
         None, description="collection JSONL with passage texts for the submission (default: `collection`)"
     )

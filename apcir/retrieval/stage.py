@@ -44,7 +44,8 @@ def ensure_index(settings: RetrievalSettings, *, progress: bool = True) -> tuple
 
 def open_backend(settings: RetrievalSettings, index_dir: Path) -> Backend:
     """The index opened with the configured backend and, if it has one, encoder."""
-    return open_index(index_dir, settings.encoder if settings.uses_encoder else None, backend=settings.backend)
+    return open_index(index_dir, settings.encoder if settings.uses_encoder else None, backend=settings.backend,
+                      batch_size=settings.batch_size)
 
 
 def list_queries(records: Mapping[str, ReformulationRecord], field: str) -> dict[str, QueryInput]:

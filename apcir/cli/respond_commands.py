@@ -1,0 +1,157 @@
+"""``apcir rank-ptkb`` (the PTKB statement ranking) and ``apcir respond`` (one cited response per turn)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from apcir import datasets
+from apcir.cli.common import console, print_json, settings
+from apcir.contract.reformulations import load_reformulations
+from apcir.contract.runs import read_run_file
+from apcir.errors import ApcirError
+from apcir.io import check_writable
+from apcir.respond.job import build_jobs, needed_passages
+from apcir.respond.ptkb import BM25, METHODS, bm25_similarity, load_ptkb_run, rank_by, rank_statements, write_ptkb_run
+from apcir.respond.registry import usage_help
+from apcir.respond.settings import RespondSettings
+from apcir.respond.stage import RespondSummary, respond
+
+
+def index_encoder(index: Path) -> str:
+    """The encoder an index was built with: its SPLADE model, or ``bm25`` for a BM25 index."""
+    from apcir.retrieval.manifest import is_foreign_lucene, read_manifest
+
+    if is_foreign_lucene(index):
+        return BM25
+    manifest = read_manifest(index)
+    return manifest.model or BM25
+
+
+def rank_ptkb_command(
+    topics: str = typer.Option(..., "--topics", "-t", help="Bundled topics (ikat23-test, ...) or a topic file."),
+    out: Path = typer.Option(..., "--out", "-o", help="TREC run over statement ids to write."),
+    method: str = typer.Option(
+        "apcir", "--method", help="apcir (ptkb_used first, then similarity to the personalised rewrite), heuristic "
+                                  "(the heuristic reformulator's tf-idf order) or profile (the profile's order)."
+    ),
+    reformulations: Path | None = typer.Option(
+        None, "--reformulations", "-r", help="apcir: reformulations JSONL (ptkb_used, the personalised rewrite)."
+    ),
+    index: Path | None = typer.Option(None, "--index", help="apcir: use this index's encoder (BM25 for a BM25 index)."),
+    encoder: str | None = typer.Option(
+        None, "--encoder", help="apcir: bm25, splade-tiny, or a SPLADE model (default: bm25 without --index)."
+    ),
+    turns: list[str] = typer.Option(None, "--turns", help="Only these turn ids (repeat or comma-separate)."),
+    tag: str = typer.Option("apcir-ptkb", "--tag", help="Run tag."),
+) -> None:
+    """Rank every turn's PTKB statements, best first, as a TREC run over statement ids (evaluate it with
+    `apcir evaluate RUN --qrels ikat23-test-ptkb -m ptkb`)."""
+    if method not in METHODS:
+        raise ApcirError(f"--method {method!r}: expected one of {', '.join(METHODS)}")
+    if index is not None and encoder is not None:
+        raise ApcirError("give --index (its encoder is used) or --encoder, not both")
+    if method != "apcir" and (reformulations or index or encoder):
+        raise ApcirError(f"--method {method} takes no --reformulations, --index or --encoder")
+    check_writable(out, "PTKB ranking")
+    selected = datasets.select_turns(topics, turns)
+    records = load_reformulations(reformulations) if reformulations else {}
+    chosen = index_encoder(index) if index is not None else encoder
+    ranked, how = rank_by(method, selected, records, chosen)  # type: ignore[arg-type]
+    write_ptkb_run(ranked, out, tag=tag)
+    hint = (f"; evaluate with: apcir evaluate {out} --qrels ikat23-test-ptkb -m ptkb"
+            if datasets.topics_year(topics) == 2023 else "")
+    console.print(f"ranked the statements of {len(ranked)} turns ({how}) -> {out}{hint}", highlight=False)
+
+
+def respond_command(
+    run: Path = typer.Argument(..., help="TREC run (the final, fused run): its top passages are cited."),
+    topics: str = typer.Option(..., "--topics", "-t", help="Bundled topics or a topic file."),
+    out: Path = typer.Option(..., "--out", "-o", help="Responses JSONL (appended; a re-run resumes)."),
+    collection: str = typer.Option(..., "--collection", help="Collection name or JSONL with the passage texts."),
+    reformulations: Path | None = typer.Option(
+        None, "--reformulations", "-r", help="Reformulations JSONL: level, personalised rewrite, ptkb_used."
+    ),
+    ptkb_run: Path | None = typer.Option(
+        None, "--ptkb-run", help="PTKB ranking (apcir rank-ptkb); default: ptkb_used first, then BM25."
+    ),
+    responder: str = typer.Option("extractive", "--responder", "-m", help=f"Who answers: {usage_help()}."),
+    top_k: int = typer.Option(5, "--top-k", "-k", min=1, max=20, help="Top passages given, cited as [1]..[k]."),
+    max_words: int = typer.Option(250, "--max-words", min=10, max=1000, help="Word budget of a response."),
+    max_sentences: int = typer.Option(5, "--max-sentences", min=1, max=50, help="extractive: most sentences taken."),
+    turns: list[str] = typer.Option(None, "--turns", help="Only these turn ids (repeat or comma-separate)."),
+    base_url: str = typer.Option(None, "--base-url", help="OpenAI-compatible server (default OPENAI_BASE_URL)."),
+    api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="Environment variable of the API key."),
+    cache_dir: Path = typer.Option(None, "--cache-dir", help="LLM answer cache (default $APCIR_CACHE_DIR or "
+                                                              "~/.cache/apcir/llm)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the cache."),
+    refresh: bool = typer.Option(False, "--refresh", help="Start over: ignore the output's records and the cache."),
+    concurrency: int = typer.Option(8, "--concurrency", "-j", min=1, help="Requests in flight at most."),
+    structured: str = typer.Option("auto", "--structured", help="auto, json_schema, json_object or none."),
+    temperature: float = typer.Option(0.0, "--temperature", help="Sampling temperature."),
+    max_tokens: int = typer.Option(1024, "--max-tokens", min=1, help="Answer length limit in tokens."),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds before a request is abandoned (and retried)."),
+    max_retries: int = typer.Option(6, "--max-retries", min=0, help="Retries on 429, 5xx and timeouts."),
+    retry_delay: float = typer.Option(1.0, "--retry-delay", min=0.0, help="First backoff delay in seconds."),
+    prices: Path = typer.Option(None, "--prices", help='JSON price file {"model": {"input": $/1M, "output": $/1M}}.'),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """One grounded response per turn from the run's top passages, citing them inline by their number (1 to k)."""
+    options = settings(
+        RespondSettings, responder=responder, top_k=top_k, max_words=max_words, max_sentences=max_sentences,
+        base_url=base_url, api_key_env=api_key_env, concurrency=concurrency,
+        cache_dir=str(cache_dir) if cache_dir else None, no_cache=no_cache, structured=structured,
+        temperature=temperature, max_tokens=max_tokens, timeout=timeout, max_retries=max_retries,
+        retry_delay=retry_delay, prices=str(prices) if prices else None,
+    )
+    check_writable(out, "responses file")
+    selected = datasets.select_turns(topics, turns)
+    run_file = read_run_file(run)
+    records = load_reformulations(reformulations) if reformulations else {}
+    ptkb = load_ptkb_run(ptkb_run, selected) if ptkb_run else rank_statements(selected, records, bm25_similarity())
+    texts = datasets.passage_texts(datasets.collection_path(collection),
+                                   needed_passages(run_file.run, selected, options.top_k))
+    jobs = build_jobs(selected, records, run_file.run, texts, ptkb, options.top_k)
+    summary = respond(jobs, options, out, refresh=refresh, progress=not no_progress)
+    if as_json:
+        print_json(summary.model_dump())
+    else:
+        print_summary(summary)
+    if summary.failed:
+        raise typer.Exit(1)
+
+
+def print_summary(summary: RespondSummary) -> None:
+    table = Table(title=f"respond {summary.responder} -> {summary.out}")
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    for name, value in (
+        ("turns asked for", summary.turns), ("already done (resumed)", summary.skipped),
+        ("written now: ok", summary.ok), ("written now: failed", summary.failed),
+        ("answers from cache", summary.cache_hits), ("requests sent", summary.requests),
+        ("  of which retries", summary.retries), ("  of which repairs", summary.repairs),
+    ):
+        table.add_row(name, str(value))
+    table.add_row("seconds", f"{summary.seconds:.1f}")
+    console.print(table)
+    if summary.usage and any(u.requests for u in summary.usage):
+        usage = Table(title="usage")
+        for column in ("model", "requests", "input tokens", "output tokens", "cost $"):
+            usage.add_column(column, justify="right" if column != "model" else "left")
+        for u in summary.usage:
+            usage.add_row(u.model, str(u.requests), str(u.input_tokens), str(u.output_tokens),
+                          "unpriced" if u.cost_usd is None else f"{u.cost_usd:.4f}")
+        console.print(usage)
+    if summary.failed:
+        console.print(f"[yellow]{summary.failed} turns failed[/] ({', '.join(summary.failed_turns[:10])}"
+                      f"{', ...' if summary.failed > 10 else ''}); their records keep the error and raw answer; "
+                      "re-run the same command to ask them again", highlight=False)
+    console.print(f"summary: {summary.summary_path}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("rank-ptkb")(rank_ptkb_command)
+    app.command("respond")(respond_command)

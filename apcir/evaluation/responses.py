@@ -1,0 +1,157 @@
+"""Response evaluation: ROUGE-L against the canonical responses, citation quality from the passage qrels, and an
+optional LLM judge; each overall and per personalisation level.
+
+- **ROUGE-L** (F-measure, Porter stemming; Google's ``rouge-score`` package) of each response, its inline
+  citations removed, against the turn's canonical response in the topics. Turns without a canonical response are
+  skipped and counted; topics with none at all skip ROUGE-L and say so.
+- **Citation precision**: the share of a response's cited passages judged relevant (grade >= ``rel_threshold``;
+  an unjudged passage counts as not relevant, as trec_eval counts it), averaged over the judged turns; a response
+  citing nothing scores 0. **Relevant citation**: the share of judged turns with at least one relevant citation.
+- **Judge** (:mod:`apcir.evaluation.judge`): the normalised rubric score, over the turns the judge scored;
+  unjudged turns are counted and listed, never scored 0.
+
+Failed response records are not scored; they are counted (``failed``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from statistics import fmean
+
+from pydantic import BaseModel, Field
+
+from apcir.contract.records import Qrels, Turn
+from apcir.contract.responses import ResponseRecord, strip_citations
+from apcir.errors import ApcirError
+from apcir.evaluation.judge import judge_all
+from apcir.llm.settings import LLMSettings
+
+ROUGE, PRECISION, HIT, JUDGE = "ROUGE-L", "citation precision", "relevant citation", "judge"
+MEASURES = (ROUGE, PRECISION, HIT, JUDGE)
+
+
+class JudgeInfo(BaseModel):
+    model: str
+    judged: int
+    unjudged: dict[str, str] = Field(default_factory=dict, description="turn -> why the judge's answer was unusable")
+    requests: int = 0
+    cache_hits: int = 0
+    repairs: int = 0
+    cost_usd: float | None = None
+    aspects: dict[str, list[tuple[str, int]]] = Field(default_factory=dict, description="turn -> (aspect, 0-2)")
+
+
+class ResponseMetrics(BaseModel):
+    """Every response measure of one responses file, overall, per level and per turn."""
+
+    responder: str
+    topics: str
+    qrels: str | None
+    rel_threshold: int
+    measures: dict[str, float] = Field(description="means over the turns each measure could score")
+    turns: dict[str, int] = Field(description="how many turns each mean is over, and the bookkeeping counts")
+    per_level: dict[str, dict[str, float]] = Field(default_factory=dict)
+    level_turns: dict[str, dict[str, int]] = Field(default_factory=dict)
+    per_turn: dict[str, dict[str, float]] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)
+    judge: JudgeInfo | None = None
+
+
+def rouge_l(pairs: Sequence[tuple[str, str]]) -> list[float]:
+    """ROUGE-L F-measure of each (response, reference), with Porter stemming."""
+    try:
+        from rouge_score import rouge_scorer
+    except ImportError:  # pragma: no cover - a core dependency
+        raise ApcirError("ROUGE-L needs the rouge-score package: pip install rouge-score") from None
+    scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
+    return [scorer.score(reference, response)["rougeL"].fmeasure for response, reference in pairs]
+
+
+def evaluate_responses(
+    responses: Mapping[str, ResponseRecord],
+    turns: Sequence[Turn],
+    *,
+    topics: str,
+    qrels: Qrels | None = None,
+    qrels_name: str | None = None,
+    rel_threshold: int = 1,
+    levels: Mapping[str, str] | None = None,
+    judge_model: str | None = None,
+    judge_settings: LLMSettings | None = None,
+) -> ResponseMetrics:
+    """The response measures of ``responses`` for the topic turns ``turns`` (see the module docstring)."""
+    in_topics = [t for t in turns if t.turn_id in responses]
+    if not in_topics:
+        raise ApcirError(f"no response is for a turn of {topics} ({len(responses)} responses): are these the topics "
+                         "the responses were made for?")
+    ok = [t for t in in_topics if responses[t.turn_id].status == "ok" and responses[t.turn_id].text.strip()]
+    per_turn: dict[str, dict[str, float]] = {t.turn_id: {} for t in ok}
+    notes: list[str] = []
+    counts = {"responses": len(in_topics), "ok": len(ok), "failed": len(in_topics) - len(ok),
+              "not in the topics": len(set(responses) - {t.turn_id for t in turns})}
+    if counts["failed"]:
+        notes.append(f"{counts['failed']} failed response(s) are not scored")
+    # ROUGE-L
+    with_reference = [t for t in ok if t.response.strip()]
+    if not any(t.response.strip() for t in turns):
+        notes.append(f"ROUGE-L skipped: the topics ({topics}) have no canonical responses")
+    else:
+        if len(with_reference) < len(ok):
+            notes.append(f"ROUGE-L: {len(ok) - len(with_reference)} turn(s) without a canonical response skipped")
+        scores = rouge_l([(strip_citations(responses[t.turn_id].text), t.response) for t in with_reference])
+        for turn, score in zip(with_reference, scores):
+            per_turn[turn.turn_id][ROUGE] = score
+    # citations
+    if qrels is None:
+        notes.append("citation precision skipped: no passage qrels given")
+    else:
+        judged = [t for t in ok if t.turn_id in qrels]
+        if not judged:
+            notes.append(f"citation precision skipped: no response is for a turn judged in {qrels_name}")
+        for turn in judged:
+            cited = responses[turn.turn_id].citations
+            relevant = [p for p in cited if qrels[turn.turn_id].get(p, 0) >= rel_threshold]
+            per_turn[turn.turn_id][PRECISION] = len(relevant) / len(cited) if cited else 0.0
+            per_turn[turn.turn_id][HIT] = 1.0 if relevant else 0.0
+        uncited = sum(1 for t in judged if not responses[t.turn_id].citations)
+        if uncited:
+            notes.append(f"{uncited} judged turn(s) cite no passage (citation precision 0)")
+    # judge
+    info = None
+    if judge_model is not None:
+        pairs = [(t, responses[t.turn_id]) for t in with_reference]
+        if not pairs:
+            notes.append("judge skipped: no response has a canonical response to compare with")
+        run = judge_all(pairs, judge_model, judge_settings or LLMSettings())
+        for turn_id, judgement in run.judgements.items():
+            per_turn[turn_id][JUDGE] = judgement.score
+        usage = run.accounting.summary()
+        costs = [u.cost_usd for u in usage if u.cost_usd is not None]
+        info = JudgeInfo(model=judge_model, judged=len(run.judgements), unjudged=run.unjudged,
+                         requests=sum(u.requests for u in usage), cache_hits=sum(u.cache_hits for u in usage),
+                         repairs=sum(u.repairs for u in usage), cost_usd=sum(costs) if costs else None,
+                         aspects={t: j.aspects for t, j in sorted(run.judgements.items())})
+        if run.unjudged:
+            notes.append(f"judge: {len(run.unjudged)} turn(s) unjudged (the judge's answer was unusable after one "
+                         f"repair; not scored): {', '.join(sorted(run.unjudged)[:10])}")
+    measures, turn_counts = _means(per_turn.values())
+    per_level: dict[str, dict[str, float]] = {}
+    level_turns: dict[str, dict[str, int]] = {}
+    by_level = dict(levels or {})
+    for level in sorted({by_level[t] for t in per_turn if t in by_level}):
+        per_level[level], level_turns[level] = _means(v for t, v in per_turn.items() if by_level.get(t) == level)
+    return ResponseMetrics(
+        responder=next(iter(responses.values())).responder, topics=topics, qrels=qrels_name,
+        rel_threshold=rel_threshold, measures=measures, turns={**counts, **turn_counts}, per_level=per_level,
+        level_turns=level_turns, per_turn=dict(sorted(per_turn.items())), notes=notes, judge=info,
+    )
+
+
+def _means(values: Iterable[dict[str, float]]) -> tuple[dict[str, float], dict[str, int]]:
+    rows = list(values)
+    means, counts = {}, {}
+    for measure in MEASURES:
+        scored = [row[measure] for row in rows if measure in row]
+        if scored:
+            means[measure], counts[measure] = fmean(scored), len(scored)
+    return means, counts

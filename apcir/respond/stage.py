@@ -1,0 +1,219 @@
+"""The response stage: one grounded, cited response per turn, one JSONL record per turn.
+
+:func:`respond` appends one :class:`~apcir.contract.responses.ResponseRecord`
+to the output as soon as its turn is answered, so a killed run loses at most the
+turns in flight. A re-run skips the turns whose record is already ``ok`` *for
+the same responder and the same passages* (a record made from other passages
+is answered again, and the new line replaces the old); failed turns are asked
+again. Model answers are cached by content (:mod:`apcir.llm.cache`). A summary
+(configuration, counts, usage and cost; never the API key) is written beside
+the output as ``<out stem>.summary.json``. ``apcir respond`` and ``apcir run``
+both call :func:`respond` with the same :class:`~apcir.respond.settings.RespondSettings`.
+
+Every answer is checked (citations must point at given passages, statement
+ids must be in the profile, the word budget holds); a failed check gets one
+repair request, then the turn is recorded as failed with the error and the
+raw answer. Nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from pydantic import BaseModel, Field, ValidationError
+
+from apcir.console import progress as progress_bar
+from apcir.console import warn
+from apcir.contract.responses import ResponseRecord
+from apcir.errors import ApcirError
+from apcir.io import exclusive, read_bytes, write_json
+from apcir.llm.accounting import ModelUsage
+from apcir.respond.job import ResponseJob
+from apcir.respond.registry import accounting_for, responder_for
+from apcir.respond.settings import RespondSettings
+
+
+class RespondSummary(BaseModel):
+    """What one :func:`respond` call did (also saved beside the output)."""
+
+    responder: str
+    out: str
+    summary_path: str
+    turns: int = Field(description="turns asked for")
+    skipped: int = Field(default=0, description="turns already ok in the output for the same passages (resumed)")
+    written: int = 0
+    ok: int = 0
+    failed: int = 0
+    failed_turns: list[str] = Field(default_factory=list)
+    requests: int = Field(default=0, description="HTTP requests actually sent (retries and repairs included)")
+    cache_hits: int = 0
+    retries: int = 0
+    repairs: int = 0
+    seconds: float = 0.0
+    usage: list[ModelUsage] = Field(default_factory=list)
+    cost_usd: float | None = None
+    structured: str | None = None
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+def summary_path_for(out: Path) -> Path:
+    return out.with_name(f"{out.stem}.summary.json")
+
+
+def stage_identity(settings: RespondSettings) -> dict[str, Any]:
+    """What determines the records, given the same inputs (the stage fingerprint's part from the settings)."""
+    spec = responder_for(settings.responder)
+    return {"responder": spec.name, "name": settings.responder, **spec.identity(settings)}
+
+
+def read_existing(out: Path) -> dict[str, ResponseRecord]:
+    """Records already in ``out`` (by turn id); a torn last line from a killed run is cut off.
+
+    Only a torn *record* is cut: a file that is not a responses JSONL is an error, left as it is.
+    """
+    if not out.exists():
+        return {}
+    data = read_bytes(out, "responses file")
+    complete, torn = data, b""
+    if data and not data.endswith(b"\n"):
+        cut = data.rfind(b"\n") + 1
+        complete, torn = data[:cut], data[cut:]
+    records: dict[str, ResponseRecord] = {}
+    for number, line in enumerate(complete.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = ResponseRecord.model_validate_json(line)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise ApcirError(f"not a response record ({first['msg']}); use another --out or --refresh to start over",
+                             path=out, line=number) from None
+        records[record.turn_id] = record
+    if torn:
+        if not torn.lstrip().startswith(b'{"turn_id"'):
+            raise ApcirError("not a responses JSONL file (its last line is not a record); use another --out",
+                             path=out, line=complete.count(b"\n") + 1)
+        with out.open("r+b") as handle:
+            handle.truncate(len(complete))
+        warn(f"{out}: removed an incomplete last line (interrupted run)")
+    return records
+
+
+class _Writer:
+    def __init__(self, handle: IO[str], advance: Any):
+        self.handle = handle
+        self.advance = advance
+        self.records: list[ResponseRecord] = []
+
+    def __call__(self, record: ResponseRecord) -> None:
+        self.handle.write(record.model_dump_json() + "\n")
+        self.handle.flush()
+        self.records.append(record)
+        self.advance(1)
+
+
+def respond(
+    jobs: list[ResponseJob],
+    settings: RespondSettings,
+    out: Path,
+    *,
+    refresh: bool = False,
+    progress: bool = True,
+) -> RespondSummary:
+    """Answer every job as ``settings.responder`` says into ``out`` (resumable; see the module docstring).
+
+    Raises :class:`ApcirError` for user errors and
+    :class:`~apcir.llm.client.LLMFatalError` (a subclass) when the server
+    refuses the key or the model; records finished before that stay in ``out``.
+    """
+    out = Path(out)
+    with exclusive(out.parent / f".{out.name}.lock", f"responses file {out}"):
+        return _respond(jobs, settings, out, refresh=refresh, progress=progress)
+
+
+def _respond(jobs: list[ResponseJob], settings: RespondSettings, out: Path, *, refresh: bool,
+             progress: bool) -> RespondSummary:
+    started = time.perf_counter()
+    spec = responder_for(settings.responder)
+    unique: dict[str, ResponseJob] = {}
+    for job in jobs:
+        unique.setdefault(job.turn.turn_id, job)
+    jobs = list(unique.values())
+    if refresh and out.exists():
+        out.unlink()
+    existing = read_existing(out)
+    done = {tid for tid, r in existing.items()
+            if r.status == "ok" and r.responder == settings.responder and tid in unique
+            and r.passages == unique[tid].passage_ids}
+    pending = [job for job in jobs if job.turn.turn_id not in done]
+    accounting = accounting_for(settings)
+    config = _config_snapshot(settings, spec.offline, refresh)
+    final_mode: str | None = None
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        handle = out.open("a", encoding="utf-8")
+    except OSError as exc:
+        raise ApcirError(f"cannot write the responses: {exc.strerror}", path=out) from None
+    with handle, progress_bar(f"respond {settings.responder}", len(pending), enabled=progress) as advance:
+        writer = _Writer(handle, advance)
+        try:
+            if pending:
+                final_mode = spec.produce(pending, settings, writer, accounting=accounting, refresh=refresh)
+        finally:
+            summary = _summary(out, settings, jobs, done, writer, accounting, config, started, final_mode)
+    return summary
+
+
+def _config_snapshot(settings: RespondSettings, offline: bool, refresh: bool) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "responder": settings.responder,
+        "offline": offline,
+        "top_k": settings.top_k,
+        "max_words": settings.max_words,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    if offline:
+        config["max_sentences"] = settings.max_sentences
+    else:
+        from apcir.reformulate.chat import public_url
+
+        cache = settings.cache()
+        config.update(
+            base_url=public_url(settings.resolved_base_url()), structured=settings.structured,
+            concurrency=settings.concurrency, temperature=settings.temperature, max_tokens=settings.max_tokens,
+            timeout=settings.timeout, max_retries=settings.max_retries,
+            cache_dir=None if cache is None else str(cache.directory), refresh=refresh, no_cache=settings.no_cache,
+        )
+    return config
+
+
+def _summary(out: Path, settings: RespondSettings, jobs: list[ResponseJob], done: set[str], writer: _Writer,
+             accounting: Any, config: dict[str, Any], started: float, final_mode: str | None) -> RespondSummary:
+    usage = accounting.summary()
+    costs = [u.cost_usd for u in usage if u.cost_usd is not None]
+    written_failed = [r.turn_id for r in writer.records if r.status == "failed"]
+    summary = RespondSummary(
+        responder=settings.responder,
+        out=str(out),
+        summary_path=str(summary_path_for(out)),
+        turns=len(jobs),
+        skipped=len(done),
+        written=len(writer.records),
+        ok=len(writer.records) - len(written_failed),
+        failed=len(written_failed),
+        failed_turns=written_failed,
+        requests=sum(u.requests for u in usage),
+        cache_hits=sum(u.cache_hits for u in usage),
+        retries=sum(u.retries for u in usage),
+        repairs=sum(u.repairs for u in usage),
+        seconds=round(time.perf_counter() - started, 3),
+        usage=usage,
+        cost_usd=sum(costs) if costs else None,
+        structured=final_mode,
+        config=config,
+    )
+    write_json(summary_path_for(out), summary.model_dump(), indent=2)
+    return summary
