@@ -54,7 +54,7 @@ collection = "{collection}"
 encoder = "splade-tiny"
 
 [fusion]
-baselines = ["list-rewrite", "manual", "no-personalisation", "rrf", "qr-fusion"]
+baselines = ["list-rewrite", "manual", "no-personalisation", "entropy", "deps", "rrf", "qr-fusion"]
 
 [fusion.weights]
 source = "cv"
@@ -145,6 +145,7 @@ def test_the_grid_from_two_retrievers(small, t5, tmp_path, run_cli):
             assert code == 0, err
     metrics = json.loads((dense / "metrics.json").read_text())
     assert metrics["backend"] == "dense" and "qr-fusion" in metrics["systems"]
+    assert {"entropy", "deps"} <= set(metrics["systems"])  # with the dense index's bi-encoder
     code, out, err = run_cli("report", str(splade), str(dense), "--out", str(tmp_path / "report"))
     assert code == 0, err
     report = (tmp_path / "report" / "report.md").read_text()
