@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -89,22 +89,30 @@ class ReformulationRecord(BaseModel):
         }
 
 
-def load_reformulations(path: Path) -> dict[str, ReformulationRecord]:
-    """Records by canonical turn id; a later line for the same turn replaces an earlier one."""
-    records: dict[str, ReformulationRecord] = {}
-    for number, raw in iter_jsonl(path, "reformulations file"):
+M = TypeVar("M", bound=BaseModel)
+
+
+def load_turn_records(path: Path, model: type[M], what: str) -> dict[str, M]:
+    """Per-turn records of a JSONL file by canonical turn id; a later line for a turn replaces an earlier one."""
+    records: dict[str, M] = {}
+    for number, raw in iter_jsonl(path, f"{what}s file"):
         try:
-            record = ReformulationRecord.model_validate(raw)
+            record = model.model_validate(raw)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
-            raise ApcirError(f"not a reformulation record: {where}: {first['msg']}", path=path, line=number) from None
+            raise ApcirError(f"not a {what} record: {where}: {first['msg']}", path=path, line=number) from None
         try:
-            turn_id = canonical_turn_id(record.turn_id)
+            turn_id = canonical_turn_id(getattr(record, "turn_id"))  # noqa: B009
         except ApcirError as exc:
             raise ApcirError(str(exc), path=path, line=number) from None
         records[turn_id] = record.model_copy(update={"turn_id": turn_id})
     return records
+
+
+def load_reformulations(path: Path) -> dict[str, ReformulationRecord]:
+    """Records by canonical turn id; a later line for the same turn replaces an earlier one."""
+    return load_turn_records(path, ReformulationRecord, "reformulation")
 
 
 FALLBACK_REASONING = "fallback: the reformulator failed on this turn"

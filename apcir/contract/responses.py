@@ -14,12 +14,9 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
-from apcir.contract.reformulations import Usage
-from apcir.errors import ApcirError
-from apcir.ids import canonical_turn_id
-from apcir.io import iter_jsonl
+from apcir.contract.reformulations import Usage, load_turn_records
 
 # An inline citation: [3], or a group [1, 3] (normalised to [1][3] by the responders).
 CITATION = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]")
@@ -62,17 +59,4 @@ class ResponseRecord(BaseModel):
 
 def load_responses(path: Path) -> dict[str, ResponseRecord]:
     """Records by canonical turn id; a later line for the same turn replaces an earlier one."""
-    records: dict[str, ResponseRecord] = {}
-    for number, raw in iter_jsonl(path, "responses file"):
-        try:
-            record = ResponseRecord.model_validate(raw)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise ApcirError(f"not a response record: {where}: {first['msg']}", path=path, line=number) from None
-        try:
-            turn_id = canonical_turn_id(record.turn_id)
-        except ApcirError as exc:
-            raise ApcirError(str(exc), path=path, line=number) from None
-        records[turn_id] = record.model_copy(update={"turn_id": turn_id})
-    return records
+    return load_turn_records(path, ResponseRecord, "response")

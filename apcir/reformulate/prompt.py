@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from apcir.contract.records import Turn
 from apcir.contract.reformulations import ReformulationOutput
+from apcir.llm.answers import InvalidAnswer, extract_json
 from apcir.reformulate.demonstrations import Demonstration, select_demonstrations
 
 Message = dict[str, str]
@@ -258,13 +259,9 @@ def estimate_tokens(text: str) -> int:
     return (len(text) + 3) // 4
 
 
-class InvalidAnswer(ValueError):
-    """An answer that is not the JSON object asked for (the message says why)."""
-
-
 def parse_answer(raw: str, turn: Turn, cot: bool) -> ReformulationOutput:
     """Parse and validate an answer; raises :class:`InvalidAnswer` naming what is wrong."""
-    data = _extract_json(raw)
+    data = extract_json(raw)
     if not isinstance(data, dict):
         raise InvalidAnswer(f"expected a JSON object, got {type(data).__name__}")
     if not cot:
@@ -286,21 +283,3 @@ def parse_answer(raw: str, turn: Turn, cot: bool) -> ReformulationOutput:
     if unknown:
         raise InvalidAnswer(f"ptkb_used names statements {unknown} that are not in the profile")
     return output
-
-
-def _extract_json(raw: str) -> Any:
-    text = raw.strip()
-    if text.startswith("```"):
-        text = text.split("\n", 1)[1] if "\n" in text else ""
-        if text.rstrip().endswith("```"):
-            text = text.rstrip()[:-3]
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        start, end = text.find("{"), text.rfind("}")
-        if start != -1 and end > start:
-            try:
-                return json.loads(text[start : end + 1])
-            except json.JSONDecodeError as exc:
-                raise InvalidAnswer(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
-        raise InvalidAnswer("no JSON object found in the answer") from None

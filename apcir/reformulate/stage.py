@@ -18,16 +18,15 @@ import time
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from apcir.console import progress as progress_bar
-from apcir.console import warn
 from apcir.contract.records import Turn
 from apcir.contract.reformulations import LEVELS, ReformulationRecord
 from apcir.errors import ApcirError
-from apcir.io import exclusive, read_bytes, write_json
+from apcir.io import RecordAppender, exclusive, read_record_log, write_json
 from apcir.llm.accounting import ModelUsage
 from apcir.reformulate.chat import public_url
 from apcir.reformulate.options import ReformulatorOptions
@@ -70,55 +69,8 @@ def stage_identity(turns: list[Turn], options: ReformulatorOptions) -> dict[str,
 
 # --- the output file -------------------------------------------------------------------------
 def read_existing(out: Path) -> dict[str, ReformulationRecord]:
-    """Records already in ``out`` (by turn id); a torn last line from a killed run is cut off.
-
-    Only a torn *record* is cut: a file that is not a reformulations JSONL
-    (another file given as ``--out`` by mistake) is an error, and left as it is.
-    """
-    if not out.exists():
-        return {}
-    data = read_bytes(out, "reformulations file")
-    complete, torn = data, b""
-    if data and not data.endswith(b"\n"):
-        cut = data.rfind(b"\n") + 1
-        complete, torn = data[:cut], data[cut:]
-    records: dict[str, ReformulationRecord] = {}
-    for number, line in enumerate(complete.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = ReformulationRecord.model_validate_json(line)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            raise ApcirError(
-                f"not a reformulation record ({first['msg']}); use another --out or --refresh to start over",
-                path=out,
-                line=number,
-            ) from None
-        records[record.turn_id] = record
-    if torn:
-        if not torn.lstrip().startswith(b'{"turn_id"'):
-            raise ApcirError("not a reformulations JSONL file (its last line is not a record); use another --out",
-                             path=out, line=complete.count(b"\n") + 1)
-        with out.open("r+b") as handle:
-            handle.truncate(len(complete))
-        warn(f"{out}: removed an incomplete last line (interrupted run)")
-    return records
-
-
-class _Writer:
-    """Appends records, one line each, flushed immediately."""
-
-    def __init__(self, handle: IO[str], advance: Any):
-        self.handle = handle
-        self.advance = advance
-        self.records: list[ReformulationRecord] = []
-
-    def __call__(self, record: ReformulationRecord) -> None:
-        self.handle.write(record.model_dump_json() + "\n")
-        self.handle.flush()
-        self.records.append(record)
-        self.advance(1)
+    """Records already in ``out`` (by turn id); a torn last record from a killed run is cut off."""
+    return read_record_log(out, ReformulationRecord, "reformulations")
 
 
 # --- the stage -------------------------------------------------------------------------------
@@ -171,7 +123,7 @@ def _reformulate(
     except OSError as exc:
         raise ApcirError(f"cannot write the reformulations: {exc.strerror}", path=out) from None
     with handle, progress_bar(f"reformulate {options.llm}", len(pending), enabled=progress) as advance:
-        writer = _Writer(handle, advance)
+        writer: RecordAppender[ReformulationRecord] = RecordAppender(handle, advance)
         try:
             if pending:
                 final_mode = spec.produce(pending, options, writer, accounting=accounting, refresh=refresh)
@@ -224,7 +176,7 @@ def _summary(
     llm: str,
     turns: list[Turn],
     existing: dict[str, ReformulationRecord],
-    writer: _Writer,
+    writer: RecordAppender[ReformulationRecord],
     accounting: Any,
     config: dict[str, Any],
     started: float,

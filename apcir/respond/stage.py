@@ -21,15 +21,14 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from apcir.console import progress as progress_bar
-from apcir.console import warn
 from apcir.contract.responses import ResponseRecord
 from apcir.errors import ApcirError
-from apcir.io import exclusive, read_bytes, write_json
+from apcir.io import RecordAppender, exclusive, read_record_log, write_json
 from apcir.llm.accounting import ModelUsage
 from apcir.respond.job import ResponseJob
 from apcir.respond.registry import accounting_for, responder_for
@@ -70,49 +69,8 @@ def stage_identity(settings: RespondSettings) -> dict[str, Any]:
 
 
 def read_existing(out: Path) -> dict[str, ResponseRecord]:
-    """Records already in ``out`` (by turn id); a torn last line from a killed run is cut off.
-
-    Only a torn *record* is cut: a file that is not a responses JSONL is an error, left as it is.
-    """
-    if not out.exists():
-        return {}
-    data = read_bytes(out, "responses file")
-    complete, torn = data, b""
-    if data and not data.endswith(b"\n"):
-        cut = data.rfind(b"\n") + 1
-        complete, torn = data[:cut], data[cut:]
-    records: dict[str, ResponseRecord] = {}
-    for number, line in enumerate(complete.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = ResponseRecord.model_validate_json(line)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            raise ApcirError(f"not a response record ({first['msg']}); use another --out or --refresh to start over",
-                             path=out, line=number) from None
-        records[record.turn_id] = record
-    if torn:
-        if not torn.lstrip().startswith(b'{"turn_id"'):
-            raise ApcirError("not a responses JSONL file (its last line is not a record); use another --out",
-                             path=out, line=complete.count(b"\n") + 1)
-        with out.open("r+b") as handle:
-            handle.truncate(len(complete))
-        warn(f"{out}: removed an incomplete last line (interrupted run)")
-    return records
-
-
-class _Writer:
-    def __init__(self, handle: IO[str], advance: Any):
-        self.handle = handle
-        self.advance = advance
-        self.records: list[ResponseRecord] = []
-
-    def __call__(self, record: ResponseRecord) -> None:
-        self.handle.write(record.model_dump_json() + "\n")
-        self.handle.flush()
-        self.records.append(record)
-        self.advance(1)
+    """Records already in ``out`` (by turn id); a torn last record from a killed run is cut off."""
+    return read_record_log(out, ResponseRecord, "responses")
 
 
 def respond(
@@ -158,7 +116,7 @@ def _respond(jobs: list[ResponseJob], settings: RespondSettings, out: Path, *, r
     except OSError as exc:
         raise ApcirError(f"cannot write the responses: {exc.strerror}", path=out) from None
     with handle, progress_bar(f"respond {settings.responder}", len(pending), enabled=progress) as advance:
-        writer = _Writer(handle, advance)
+        writer: RecordAppender[ResponseRecord] = RecordAppender(handle, advance)
         try:
             if pending:
                 final_mode = spec.produce(pending, settings, writer, accounting=accounting, refresh=refresh)
@@ -190,7 +148,7 @@ def _config_snapshot(settings: RespondSettings, offline: bool, refresh: bool) ->
     return config
 
 
-def _summary(out: Path, settings: RespondSettings, jobs: list[ResponseJob], done: set[str], writer: _Writer,
+def _summary(out: Path, settings: RespondSettings, jobs: list[ResponseJob], done: set[str], writer: RecordAppender[ResponseRecord],
              accounting: Any, config: dict[str, Any], started: float, final_mode: str | None) -> RespondSummary:
     usage = accounting.summary()
     costs = [u.cost_usd for u in usage if u.cost_usd is not None]
