@@ -47,6 +47,8 @@ class VectorStats:
     unknown: dict[str, int] = field(default_factory=dict)
     vocabulary: dict[str, int] = field(default_factory=dict)
     integral: bool = True
+    first_unknown_line: int | None = None
+    """The first line with a token outside the given vocabulary."""
     """Every weight read was a whole number (quantised impacts, as Anserini's ``-impact`` indexes use)."""
 
     @property
@@ -213,4 +215,6 @@ def describe_unknown(stats: VectorStats, limit: int = 5) -> str:
     """``N token occurrences (M distinct) not in the vocabulary, e.g. ...``."""
     common = sorted(stats.unknown.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
     shown = ", ".join(f"{token!r} ({count})" for token, count in common)
-    return f"{stats.unknown_total} token occurrence(s) ({len(stats.unknown)} distinct) not in the vocabulary, e.g. {shown}"
+    first = f", the first on line {stats.first_unknown_line}" if stats.first_unknown_line else ""
+    return (f"{stats.unknown_total} token occurrence(s) ({len(stats.unknown)} distinct) not in the vocabulary{first}, "
+            f"e.g. {shown}")
