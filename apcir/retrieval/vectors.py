@@ -105,6 +105,8 @@ def read_vectors(
                 term = vocabulary.get(token)
                 if term is None:
                     stats.unknown[token] = stats.unknown.get(token, 0) + 1
+                    if stats.first_unknown_line is None:
+                        stats.first_unknown_line = number
                     continue
             else:
                 term = own.get(token)
