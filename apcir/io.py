@@ -102,6 +102,8 @@ def read_json(path: Path, what: str = "file") -> Any:
         raise ApcirError(f"malformed JSON: {exc.msg} (column {exc.colno})", path=path, line=exc.lineno) from None
     except RecursionError:
         raise ApcirError("malformed JSON: nested too deeply", path=path) from None
+    except ValueError as exc:  # e.g. an integer literal longer than Python converts
+        raise ApcirError(f"malformed JSON: {exc}", path=path) from None
 
 
 def parse_json_line(text: str, path: Path, number: int) -> dict[str, Any]:
@@ -112,6 +114,8 @@ def parse_json_line(text: str, path: Path, number: int) -> dict[str, Any]:
         raise ApcirError(f"malformed JSON: {exc.msg} (column {exc.colno})", path=path, line=number) from None
     except RecursionError:
         raise ApcirError("malformed JSON: nested too deeply", path=path, line=number) from None
+    except ValueError as exc:  # e.g. an integer literal longer than Python converts
+        raise ApcirError(f"malformed JSON: {exc}", path=path, line=number) from None
     if not isinstance(record, dict):
         raise ApcirError(f"expected a JSON object, found {type(record).__name__}", path=path, line=number)
     return record
@@ -137,12 +141,21 @@ def atomic_write(path: Path, mode: Literal["w", "wb"] = "w") -> Iterator[IO[Any]
     target = Path(path)
     if target.is_dir():
         raise ApcirError("is a directory; expected a file path to write", path=target)
+    if target.is_symlink():
+        target = target.resolve()  # write through the link, as a shell redirection would
+    if target.exists() and not target.is_file():
+        # A device or a named pipe (/dev/null, /dev/stdout, a FIFO): written into, never replaced.
+        with _write_through(target, mode) as handle:
+            yield handle
+        return
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     except OSError as exc:
         raise ApcirError(f"cannot write here: {_os_problem(exc)}", path=target) from None
     try:
+        # mkstemp makes the file private (0600); give it the mode a plain open() would have.
+        os.chmod(tmp, target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~_UMASK)
         with (os.fdopen(fd, "wb") if mode == "wb" else os.fdopen(fd, "w", encoding="utf-8")) as handle:
             yield handle
             handle.flush()
@@ -154,6 +167,24 @@ def atomic_write(path: Path, mode: Literal["w", "wb"] = "w") -> Iterator[IO[Any]
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def _write_through(target: Path, mode: Literal["w", "wb"]) -> Iterator[IO[Any]]:
+    try:
+        with (target.open("wb") if mode == "wb" else target.open("w", encoding="utf-8")) as handle:
+            yield handle
+    except OSError as exc:
+        raise ApcirError(f"cannot write: {_os_problem(exc)}", path=target) from None
+
+
+def _current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _current_umask()
 
 
 def check_writable(path: Path, what: str = "output") -> Path:

@@ -531,3 +531,20 @@ def test_an_unrelated_file_given_as_output_is_left_alone(run_cli, tmp_path):
     code, _, err = run_cli("reformulate", "--topics", "ikat23-test", "--llm", "heuristic", "--out", str(precious))
     one_line_error(code, err, "not a reformulation")
     assert precious.read_text() == "my notes, no newline at the end"
+
+
+def test_an_internal_error_under_run_is_logged_in_the_run_directory(run_cli, monkeypatch, tmp_path):
+    import apcir.experiment.pipeline as pipeline
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("a stage apcir did not expect to fail")
+
+    monkeypatch.setattr(pipeline, "_run", broken)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
+    config = tmp_path / "exp.toml"
+    config.write_text(f'name = "crash"\noutput_dir = "{tmp_path / "run"}"\n')
+    code, _, err = run_cli("run", str(config), "--no-progress")
+    one_line_error(code, err, "internal error (RuntimeError: a stage apcir did not expect to fail)", status=3)
+    log = tmp_path / "run" / "error.log"
+    assert "Traceback" in log.read_text() and str(log) in err.replace("\n", "")
+    assert not (tmp_path / "tmp" / "apcir-errors").exists()

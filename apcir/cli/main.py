@@ -20,7 +20,7 @@ from rich.markup import escape
 import apcir.cli
 from apcir import __version__
 from apcir.cli.common import err_console
-from apcir.errors import ApcirError, crash_log_path
+from apcir.errors import ApcirError, crash_log_path, set_crash_log_dir
 
 app = typer.Typer(
     name="apcir",
@@ -87,6 +87,7 @@ def _usage_line(exc: Any) -> str:
 def _crash(exc: BaseException) -> int:
     """Write the traceback where :func:`crash_log_path` says, print one line saying so."""
     path = crash_log_path()
+    set_crash_log_dir(None)
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -667,10 +667,10 @@ def run_experiment(config: ExperimentConfig, console: Console | None = None, pro
     """
     with exclusive(config.run_dir / LOCK_FILE, f"run directory {config.run_dir}"):
         set_crash_log_dir(config.run_dir)
-        try:
-            return _run(config, console or Console(), progress)
-        finally:
-            set_crash_log_dir(None)
+        # Left set when _run raises: whoever reports the crash writes its traceback there.
+        report = _run(config, console or Console(), progress)
+        set_crash_log_dir(None)
+        return report
 
 
 def _run(config: ExperimentConfig, console: Console, progress: bool) -> RunReport:
