@@ -548,3 +548,37 @@ def test_an_internal_error_under_run_is_logged_in_the_run_directory(run_cli, mon
     log = tmp_path / "run" / "error.log"
     assert "Traceback" in log.read_text() and str(log) in err.replace("\n", "")
     assert not (tmp_path / "tmp" / "apcir-errors").exists()
+
+
+# ---- configs say what they mean -------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("suffix", "body", "expected"),
+    [
+        (".toml", "[retrieval]\nk = true\n", "retrieval.k: Input should be a valid integer"),
+        (".toml", "[fusion]\nbaselines = \"yes\"\n", "fusion.baselines"),
+        (".toml", "turns = []\n", "turns: is empty, which would select no turn"),
+        (".toml", "[fusion.weights]\nseed = -1\n", "fusion.weights.seed: Input should be greater than or equal to 0"),
+        (".toml", "[reformulator]\ntemperature = nan\n", "reformulator.temperature: Input should be a finite number"),
+        (".yaml", "name: demo2\nretrieval:\n  k: 100\n  k: 7\n", "key 'k' is given twice"),
+        (".yaml", "name: demo2\nretrieval:\n\tk: 100\n", "malformed config: found character '\\t'"),
+        (".yaml", "name: demo2\nturns: [1\n", "malformed config:"),
+    ],
+)
+def test_a_config_is_taken_literally(run_cli, tmp_path, suffix, body, expected):
+    config = tmp_path / f"exp{suffix}"
+    config.write_text(body if suffix == ".yaml" else f'name = "demo2"\n{body}')
+    code, _, err = run_cli("run", str(config), "--no-progress")
+    one_line_error(code, err, expected)
+    assert not (Path("runs") / "demo2").exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["tune", "--runs", "a.run", "--levels", "l.tsv", "--qrels", "ikat23-test", "--cv", "2", "--seed", "-1"],
+        ["baseline", "random", "--runs", "a.run", "--seed", "-1", "--out", "r.run"],
+    ],
+)
+def test_a_negative_seed_is_a_usage_error(run_cli, args):
+    code, _, err = run_cli(*args)
+    one_line_error(code, err, "--seed")

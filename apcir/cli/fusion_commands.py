@@ -104,7 +104,7 @@ def tune_command(
     no_personalisation: bool = typer.Option(False, "--no-personalisation", help="Ablation: keep the last weight at 0."),
     strict: bool = typer.Option(False, "--strict", help="A turn missing from any run is an error."),
     cv: int = typer.Option(0, "--cv", help="k-fold cross-validation by conversation (reports out-of-fold metrics)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the fold assignment."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the fold assignment."),
     cv_run: Path | None = typer.Option(None, "--cv-run", help="With --cv: write the out-of-fold fused run here."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:
@@ -263,7 +263,7 @@ def baseline_command(
     objective: list[str] = typer.Option(["paper"], "--objective"),
     norm: str = typer.Option("minmax", "--norm"),
     depth: int = typer.Option(1000, "--depth", min=1),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random baseline."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the random baseline."),
     rrf_k: int = typer.Option(60, "--rrf-k", min=0),
     tag: str = typer.Option("", "--tag", help="Run tag (default: the baseline name)."),
 ) -> None:

@@ -63,6 +63,13 @@ class ExperimentConfig(BaseModel):
             raise ValueError("must be one word without slashes (it names the run directory and the run tag)")
         return value
 
+    @field_validator("turns")
+    @classmethod
+    def _some_turns(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not value:
+            raise ValueError("is empty, which would select no turn; leave it out to run every turn")
+        return value
+
     @field_validator("rerank", mode="before")
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
@@ -119,18 +126,45 @@ def load_config(path: Path) -> ExperimentConfig:
         raise ApcirError("config must be .toml, .yaml or .yml", path=path)
     text = read_text(path, "config file")
     try:
-        data = tomllib.loads(text) if path.suffix == ".toml" else (yaml.safe_load(text) or {})
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        data = tomllib.loads(text) if path.suffix == ".toml" else (yaml.load(text, Loader=_UniqueKeyLoader) or {})
+    except tomllib.TOMLDecodeError as exc:
         raise ApcirError(f"malformed config: {exc}", path=path) from None
+    except yaml.YAMLError as exc:
+        raise _yaml_problem(exc, path) from None
     if not isinstance(data, dict):
         raise ApcirError("config must be a table/mapping at the top level", path=path)
     return validate_config(data, path)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (as TOML does) instead of keeping the last."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _yaml_problem(exc: yaml.YAMLError, path: Path) -> ApcirError:
+    """One line for a YAML error: what is wrong and where (PyYAML's own message spans several lines)."""
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    mark = getattr(exc, "problem_mark", None)
+    if mark is None:
+        return ApcirError(f"malformed config: {problem}", path=path)
+    return ApcirError(f"malformed config: {problem} (column {mark.column + 1})", path=path, line=mark.line + 1)
+
+
 def validate_config(data: dict[str, object], path: Path | None = None) -> ExperimentConfig:
     """An :class:`ExperimentConfig` from plain data; every invalid field is named."""
     try:
-        return ExperimentConfig.model_validate(data)
+        # strict: a config says what it means (k = true is not k = 1, "yes" is not true)
+        return ExperimentConfig.model_validate(data, strict=True)
     except ValidationError as exc:
         lines = [(f"{'.'.join(str(p) for p in e['loc'])}: " if e["loc"] else "")
                  + str(e["msg"]).removeprefix("Value error, ") for e in exc.errors()]

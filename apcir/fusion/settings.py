@@ -32,7 +32,7 @@ class WeightsSettings(TuningSettings):
     tune_topics: str | None = Field(None, description="source = tune: topics to tune on")
     tune_qrels: str | None = Field(None, description="source = tune: their qrels")
     folds: int = Field(5, ge=2, description="source = cv: folds, by conversation")
-    seed: int = Field(0, description="fold assignment (cv) and the random baseline")
+    seed: int = Field(0, ge=0, description="fold assignment (cv) and the random baseline")
 
 
 class FusionSettings(BaseModel):

@@ -30,7 +30,9 @@ class LLMSettings(BaseModel):
     max_retries: int = Field(6, ge=0, description="retries on 429, 5xx, timeouts and unreadable answers")
     retry_delay: float = Field(1.0, ge=0, description="first backoff delay in seconds (doubles)")
     structured: StructuredMode = Field("auto", description="structured output: auto, json_schema, json_object, none")
-    temperature: float | None = Field(0.0, description="sampling temperature (None: the server's default)")
+    temperature: float | None = Field(
+        0.0, ge=0, allow_inf_nan=False, description="sampling temperature (None: the server's default)"
+    )
     max_tokens: int | None = Field(1024, ge=1, description="answer length limit in tokens (None: no limit)")
     max_answer_bytes: int = Field(32_000, ge=1, description="an answer longer than this fails its item (not kept)")
     cache_dir: str | None = Field(None, description="answer cache; default APCIR_CACHE_DIR or ~/.cache/apcir/llm")
