@@ -4,11 +4,16 @@ iKAT qrels and the official submission format use ``<conversation>_<turn>``
 (``9-1_3``, ``0_8``); many tools write ``9-1-3``. The canonical form in apcir
 is the official one. Conversation ids themselves may contain ``-`` (``9-1``),
 so the dashed form is split at its last dash.
+
+Every id that ends up in a TREC run line (a turn id, a passage id) must be a
+non-empty string without whitespace, since the line's fields are separated by
+whitespace: :func:`check_run_id` is the one check the readers share.
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from apcir.errors import ApcirError
 
@@ -43,3 +48,20 @@ def dashed_turn_id(turn_id: str) -> str:
     """``9-1_3`` and ``9-1-3`` both become ``9-1-3``."""
     conv, turn = split_turn_id(turn_id)
     return f"{conv}-{turn}"
+
+
+def run_id_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a field of a TREC run line (``"is empty"``, ``"contains whitespace, ..."``), or None."""
+    if not value:
+        return "is empty"
+    if any(c.isspace() for c in value):
+        return "contains whitespace, which TREC run files cannot hold"
+    return None
+
+
+def check_run_id(value: str, what: str, path: str | Path | None = None, line: int | None = None) -> str:
+    """``value`` if it can be a turn or passage id of a run file; otherwise a user error ``<what> '<value>' ...``."""
+    problem = run_id_problem(value)
+    if problem is not None:
+        raise ApcirError(f"{what} {value!r} {problem}", path=path, line=line)
+    return value

@@ -124,7 +124,9 @@ def test_bundled_collection():
 @pytest.mark.parametrize(
     "line, expected",
     [('{"id": "d1"}', "without id or text"), ('{"contents": "x"}', "without id or text"),
-     ('{"title": "x"}', "needs"), ("[1, 2]", "expected a JSON object"), ('{"id": "d1", "contents": ', "malformed")],
+     ('{"title": "x"}', "needs"), ("[1, 2]", "expected a JSON object"), ('{"id": "d1", "contents": ', "malformed"),
+     ('{"id": "d 1", "contents": "x"}', "passage id 'd 1' contains whitespace"),
+     ('{"doc_id": "d\\t1", "passage_id": 2, "passage_text": "x"}', "contains whitespace")],
 )
 def test_collection_bad_lines(tmp_path, line, expected):
     path = tmp_path / "c.jsonl"

@@ -1,7 +1,7 @@
 import pytest
 
 from apcir.errors import ApcirError
-from apcir.ids import canonical_turn_id, dashed_turn_id, split_turn_id
+from apcir.ids import canonical_turn_id, check_run_id, dashed_turn_id, split_turn_id
 
 
 @pytest.mark.parametrize(
@@ -24,3 +24,12 @@ def test_split_turn_id():
 def test_bad_turn_id_is_a_user_error(bad):
     with pytest.raises(ApcirError, match="turn id"):
         canonical_turn_id(bad)
+
+
+@pytest.mark.parametrize("bad, problem", [("", "is empty"), ("a b", "contains whitespace"), ("a\tb", "whitespace"),
+                                          (" a", "whitespace"), ("a\u00a0b", "whitespace")])
+def test_an_id_a_run_file_cannot_hold_is_a_user_error(bad, problem):
+    with pytest.raises(ApcirError, match=problem) as info:
+        check_run_id(bad, "turn id", "q.jsonl", 3)
+    assert str(info.value).startswith(f"q.jsonl:3: turn id {bad!r} ")
+    assert check_run_id("9-1_3", "turn id") == "9-1_3"

@@ -479,6 +479,24 @@ def test_a_truncated_index_is_a_clear_error(run_cli, tmp_path):
     one_line_error(code, err, "embedded index is corrupt: postings.npz cannot be read")
 
 
+def test_a_vector_file_that_would_break_scores_or_run_lines_is_one_line(run_cli, tmp_path):
+    import warnings
+
+    good = {"id": "a:1", "contents": "", "vector": {"tea": 1.5}}
+    cases = [({"id": "a:2", "contents": "", "vector": {"tea": 1e39}}, "weight of token 'tea' is 1e+39, too large"),
+             ({"id": "a 2", "contents": "", "vector": {"tea": 1.0}}, "passage id 'a 2' contains whitespace"),
+             ({"id": "a:2", "contents": "", "vector": {"tea": 0.0}},
+              "passage 'a:2' has an empty vector (every weight is 0)")]
+    for number, (bad, expected) in enumerate(cases):
+        vectors = tmp_path / f"v{number}.jsonl"
+        vectors.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # numpy's "overflow encountered in cast" would be an internal error
+            code, _, err = run_cli("index", "build", "--collection", str(vectors), "--vectors", "--out",
+                                   str(tmp_path / f"idx{number}"))
+        one_line_error(code, err, f"v{number}.jsonl:2: {expected}")
+
+
 # ---- the one error path for what is not the user's fault --------------------------------------------
 def test_an_internal_error_is_one_line_and_a_log(run_cli, monkeypatch, tmp_path):
     import apcir.cli.data_commands as data_commands

@@ -122,6 +122,8 @@ def test_float_queries_against_an_integer_index_are_refused(run_cli, files):
     ({"tok1": "high"}, "is not a number"),
     ({"tok1": -1.0}, "is negative"),
     ({}, "has an empty vector"),
+    ({"tok1": 0, "tok2": 0.0}, "has an empty vector (every weight is 0)"),
+    ({"tok1": 1e39}, "is 1e+39, too large for a 32-bit float"),
 ])
 def test_bad_vector_files_name_the_line(run_cli, tmp_path, vector, expected):
     path = tmp_path / "bad.jsonl"
@@ -129,6 +131,77 @@ def test_bad_vector_files_name_the_line(run_cli, tmp_path, vector, expected):
                     + "\n")
     code, _, err = run_cli("index", "build", "--collection", str(path), "--vectors", "--out", str(tmp_path / "idx"))
     assert code == 2 and "bad.jsonl:2: " in err and expected in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("pid, expected", [
+    ("a b", "passage id 'a b' contains whitespace, which TREC run files cannot hold"),
+    ("", "passage id '' is empty"),
+])
+def test_passage_ids_a_run_file_cannot_hold_are_refused(run_cli, tmp_path, pid, expected):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps({"id": "a", "vector": {"tok0": 1}}) + "\n"
+                    + json.dumps({"id": pid, "vector": {"tok0": 2}}) + "\n")
+    code, _, err = run_cli("index", "build", "--collection", str(path), "--vectors", "--out", str(tmp_path / "idx"))
+    assert code == 2 and f"bad.jsonl:2: {expected}" in err
+    assert not (tmp_path / "idx" / "manifest.json").exists()
+
+
+@pytest.fixture(scope="module")
+def float_index(tmp_path_factory):
+    """An index of 200 float-weight passages over VOCAB[:50], and the passages."""
+    from apcir.retrieval.build import build_from_vectors
+
+    root = tmp_path_factory.mktemp("float-vectors")
+    rng = np.random.default_rng(11)
+    passages = [{VOCAB[t]: float(w) for t, w in zip(rng.choice(50, size=10, replace=False),
+                                                    rng.lognormal(-0.5, 0.8, size=10))} for _ in range(200)]
+    collection = root / "collection.jsonl"
+    collection.write_text("".join(json.dumps({"id": f"p{i:05d}", "contents": "", "vector": v}) + "\n"
+                                  for i, v in enumerate(passages)))
+    build_from_vectors(collection, "embedded", root / "idx")
+    return root, passages
+
+
+def search(run_cli, root, *queries):
+    path = root / "q.jsonl"
+    path.write_text("".join(json.dumps(q) + "\n" for q in queries))
+    code, _, err = run_cli("retrieve", "--index", str(root / "idx"), "--query-vectors", str(path), "--k", "20",
+                           "--out", str(root / "run.trec"))
+    return code, err
+
+
+def test_whole_float_query_weights_are_float_weights(run_cli, float_index):
+    root, passages = float_index
+    assert json.loads((root / "idx" / "manifest.json").read_text())["weights"] == "float"
+    query = {"tok1": 1.0, "tok2": 2.0}  # whole numbers, but written as floats
+    code, err = search(run_cli, root, {"id": "1-1_1", "vector": query})
+    assert code == 0, err
+    assert list(load_run(root / "run.trec")["1-1_1"]) == list(brute_force(passages, [query], 20)["1-1_1"])
+    code, err = search(run_cli, root, {"id": "1-1_1", "vector": {"tok1": 1, "tok2": 2}})
+    assert code == 2 and "the index holds float weights but the queries have integer weights" in err
+
+
+def test_a_query_with_no_known_token_gets_no_passages_and_a_warning(run_cli, float_index):
+    root, _ = float_index
+    code, err = search(run_cli, root, {"id": "1-1_1", "vector": {"tok1": 0.5}},
+                       {"id": "1-1_2", "vector": {"nope": 1.0}})
+    assert code == 0, err
+    assert "1 turn(s) have no query token left in the index's vocabulary and get no passages: 1-1_2" in err
+    assert set(load_run(root / "run.trec")) == {"1-1_1"}
+    code, err = search(run_cli, root, {"id": "1-1_1", "vector": {"nope": 1.0}})
+    assert code == 2 and "no query has a token in the index's vocabulary: nothing to search" in err
+    assert "integer weights" not in err
+
+
+@pytest.mark.parametrize("query, expected", [
+    ({"id": "foo bar", "vector": {"tok1": 0.5}}, "q.jsonl:2: query id 'foo bar' contains whitespace"),
+    ({"id": "1-1_2", "vector": {"tok1": 1e39}}, "q.jsonl:2: weight of token 'tok1' is 1e+39, too large"),
+    ({"id": "1-1_2", "vector": {"tok1": 0.0}}, "q.jsonl:2: query '1-1_2' has an empty vector (every weight is 0)"),
+])
+def test_bad_query_vectors_name_the_line(run_cli, float_index, query, expected):
+    root, _ = float_index
+    code, err = search(run_cli, root, {"id": "1-1_1", "vector": {"tok1": 0.5}}, query)
+    assert code == 2 and expected in err and "Traceback" not in err
 
 
 @pytest.mark.slow

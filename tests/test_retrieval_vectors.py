@@ -60,6 +60,16 @@ def test_given_vocabulary_counts_unknown_tokens(tmp_path):
         ('{"id": "a", "vector": {"x": NaN}}', "finite"),
         ('{"id": "a", "vector": {"x": Infinity}}', "finite"),
         ('{"id": "a", "vector": {}}', "empty vector"),
+        ('{"id": "a", "vector": {"x": 0, "y": 0.0}}', "empty vector \\(every weight is 0\\)"),
+        ('{"id": "a", "vector": {"x": 1e39}}', "too large for a 32-bit float"),
+        ('{"id": "a", "vector": {"x": 1' + "0" * 400 + '}}', "too large for a 32-bit float"),
+        ('{"id": "a b", "vector": {"x": 1}}', "passage id 'a b' contains whitespace"),
+        ('{"id": "a\\tb", "vector": {"x": 1}}', "contains whitespace"),
+        ('{"id": "", "vector": {"x": 1}}', "passage id '' is empty"),
+        ('{"id": null, "vector": {"x": 1}}', "missing \"id\""),
+        ('{"id": [1], "vector": {"x": 1}}', "neither a string nor an integer"),
+        ('{"id": "a", "vector": {"x": 1' + "0" * 5000 + '}}', "not valid JSON"),
+        ("[" * 100_000 + "]" * 100_000, "not valid JSON"),
         ('{"id": "a"}', "missing \"vector\""),
         ('{"vector": {"x": 1}}', "missing \"id\""),
         ('[1, 2]', "JSON object"),
@@ -73,6 +83,20 @@ def test_bad_lines_name_file_and_line(tmp_path, line, message):
     assert info.value.path == str(path)
     assert info.value.line == 2
     assert "bad.jsonl:2: " in str(info.value)
+
+
+def test_weights_are_integers_only_when_written_as_json_integers(tmp_path):
+    for vector, integral in [({"x": 1, "y": 37}, True), ({"x": 1.0, "y": 2.0}, False), ({"x": 1, "y": 2.0}, False),
+                             ({"x": 1e2}, False)]:
+        stats = VectorStats()
+        list(read_vectors(write_lines(tmp_path / "c.jsonl", json.dumps({"id": "a", "vector": vector})), stats=stats))
+        assert stats.integral is integral, vector
+
+
+def test_a_query_file_names_its_records_queries(tmp_path):
+    path = write_lines(tmp_path / "q.jsonl", json.dumps({"id": "foo bar", "vector": {"x": 1}}))
+    with pytest.raises(ApcirError, match="q.jsonl:1: query id 'foo bar' contains whitespace"):
+        read_matrix(path, what="query")
 
 
 def test_missing_file(tmp_path):

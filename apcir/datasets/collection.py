@@ -14,11 +14,13 @@ from typing import Any
 
 from apcir.contract.records import Passage
 from apcir.errors import ApcirError
+from apcir.ids import check_run_id
 from apcir.io import iter_jsonl
 
 
 def iter_collection(path: Path) -> Iterator[Passage]:
-    """Yield passages in file order; a line without an id or text, or a repeated id, is an error."""
+    """Yield passages in file order; a line without an id or text, an id with whitespace, or a repeated id, is an
+    error."""
     seen: set[str] = set()
     for number, record in iter_jsonl(path):
         passage = _passage(record, path, number)
@@ -74,4 +76,4 @@ def _passage(record: dict[str, Any], path: Path, number: int) -> Passage:
         )
     if pid is None or str(pid).strip() == "" or not isinstance(text, str):
         raise ApcirError(f"passage without id or text: expected {expected}", path=path, line=number)
-    return Passage(id=str(pid), contents=text.strip())
+    return Passage(id=check_run_id(str(pid), "passage id", path, number), contents=text.strip())

@@ -338,8 +338,6 @@ def _parse_line(raw: bytes, path: Path, line: int | None, where: str) -> Passage
         if line is not None:
             raise
         raise ApcirError(f"{exc} ({where})") from None
-    if any(c.isspace() for c in passage.id):
-        _fail(f"passage id {passage.id!r} contains whitespace, which TREC run files cannot hold", path, line, where)
     return passage
 
 

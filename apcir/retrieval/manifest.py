@@ -68,7 +68,7 @@ class IndexManifest(BaseModel):
     source: Literal["texts", "vectors"] = "texts"
     """``vectors``: built from a JsonVectorCollection, without encoding (``apcir index build --vectors``)."""
     weights: Literal["float", "integer"] | None = None
-    """For an index built from vectors: whether the file's weights were quantised (whole numbers)."""
+    """For an index built from vectors: whether the file's weights were quantised (every weight a JSON integer)."""
     bm25_k1: float | None = None
     bm25_b: float | None = None
     build_seconds: float = 0.0

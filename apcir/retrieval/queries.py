@@ -7,7 +7,7 @@ from pathlib import Path
 
 from apcir.contract.reformulations import LIST_NAMES, QueryInput, load_reformulations
 from apcir.errors import ApcirError
-from apcir.ids import canonical_turn_id
+from apcir.ids import canonical_turn_id, check_run_id
 from apcir.io import iter_lines
 
 FIELDS: tuple[str, ...] = LIST_NAMES
@@ -51,9 +51,7 @@ def _is_jsonl(path: Path) -> bool:
 
 
 def _turn_id(raw: str, path: Path, number: int) -> str:
-    text = raw.strip()
-    if not text or any(c.isspace() for c in text):
-        raise ApcirError(f"turn id {raw!r} is empty or contains spaces", path=path, line=number)
+    text = check_run_id(raw.strip(), "turn id", path, number)
     try:
         return canonical_turn_id(text)
     except ApcirError:

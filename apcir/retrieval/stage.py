@@ -156,8 +156,10 @@ def search_query_vectors(backend: Backend, path: Path, k: int) -> Run:
     """Search pre-encoded queries: a JsonVectorCollection whose ids are turn ids (``--query-vectors``).
 
     Tokens map through the index's vocabulary (unknown ones are counted and
-    reported). Queries quantised otherwise than the index (integer weights for
-    a float index, or the reverse) are refused: their scores would not compare.
+    reported); a query left with no token is warned about and gets no passages,
+    as an empty text query does (none left at all is an error). Queries
+    quantised otherwise than the index (weights written as JSON integers for a
+    float index, or the reverse) are refused: their scores would not compare.
     """
     from apcir.ids import canonical_turn_id
     from apcir.retrieval.vectors import describe_unknown, read_matrix
@@ -167,18 +169,9 @@ def search_query_vectors(backend: Backend, path: Path, k: int) -> Run:
     vocabulary = getattr(backend.encoder, "vocabulary", None)
     if vocabulary is None:
         raise ApcirError("this index has no vocabulary to map query tokens through")
-    matrix, ids, stats = read_matrix(path, {token: i for i, token in enumerate(vocabulary)})
+    matrix, ids, stats = read_matrix(path, {token: i for i, token in enumerate(vocabulary)}, what="query")
     if not ids:
         raise ApcirError("no query vector in the file", path=path)
-    if stats.unknown:
-        warn(f"{path}: {describe_unknown(stats)}; they are left out")
-    manifest = backend.manifest
-    index_integer = manifest is not None and manifest.weights == "integer"
-    if stats.integral != index_integer:
-        index_kind = "quantised (integer) weights" if index_integer else "float weights"
-        query_kind = "integer weights" if stats.integral else "float weights"
-        raise ApcirError(f"the index holds {index_kind} but the queries have {query_kind}: quantise both the same "
-                         "way (e.g. round(100 * w)), or neither", path=path)
     turn_ids = []
     for raw in ids:
         try:
@@ -188,7 +181,30 @@ def search_query_vectors(backend: Backend, path: Path, k: int) -> Run:
     if len(set(turn_ids)) != len(turn_ids):
         raise ApcirError("a turn id appears twice", path=path)
     matrix = sp.csr_matrix(matrix[:, : backend.vocab_size], shape=(matrix.shape[0], backend.vocab_size))
-    return backend.search_vectors(turn_ids, matrix, k)
+    matrix.eliminate_zeros()
+    kept = (np.diff(matrix.indptr) > 0).tolist()
+    empty = [turn for turn, has_terms in zip(turn_ids, kept) if not has_terms]
+    if stats.unknown:
+        warn(f"{path}: {describe_unknown(stats)}; they are left out")
+    if len(empty) == len(turn_ids):
+        raise ApcirError("no query has a token in the index's vocabulary: nothing to search",
+                         path=path)
+    manifest = backend.manifest
+    index_integer = manifest is not None and manifest.weights == "integer"
+    if stats.integral != index_integer:
+        index_kind = "quantised (integer) weights" if index_integer else "float weights"
+        query_kind = "integer weights" if stats.integral else "float weights"
+        raise ApcirError(f"the index holds {index_kind} but the queries have {query_kind} (a weight written as "
+                         "37 is an integer, 37.0 or 0.37 a float): quantise both the same way (e.g. round(100 * w)), "
+                         "or neither", path=path)
+    if empty:
+        shown = ", ".join(empty[:10]) + (" ..." if len(empty) > 10 else "")
+        warn(f"{path}: {len(empty)} turn(s) have no query token left in the index's vocabulary and get no passages: "
+             f"{shown}")
+    asked = [turn for turn, has_terms in zip(turn_ids, kept) if has_terms]
+    run = backend.search_vectors(asked, sp.csr_matrix(matrix[np.flatnonzero(kept)]), k)
+    run.update({turn: {} for turn in empty})
+    return run
 
 
 def export_vectors(backend: Backend, out: Path, *, integer_scale: float | None = None, with_text: bool = False) -> int:

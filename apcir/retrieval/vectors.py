@@ -5,12 +5,16 @@ with float or integer weights (Anserini's impact indexes want integers, e.g.
 ``round(100 * w)``; Seismic takes floats).
 
 :func:`read_vectors` streams a file and checks every line: a line that is not a
-JSON object, lacks ``id`` or ``vector``, has an empty vector, or a weight that
-is not a finite non-negative number (``true``, a string, NaN, infinity, a
-negative value) raises :class:`~apcir.errors.ApcirError` naming the file and
-line. Tokens map to term ids through a given vocabulary (``{token: id}``;
-unknown tokens are counted and skipped) or through one built as the file is
-read (ids in order of first appearance). :func:`read_matrix` gathers a whole
+JSON object, lacks ``id`` or ``vector``, has an id that is empty or holds
+whitespace (a run file could not hold it), an empty vector (or one whose weights
+are all 0), or a weight that is not a finite non-negative number a 32-bit float
+can hold (``true``, a string, NaN, infinity, a negative value, 1e39) raises
+:class:`~apcir.errors.ApcirError` naming the file and line. Weights written as
+JSON integers (``37``) are quantised impacts; any weight written with a fraction
+or an exponent (``0.37``, ``37.0``) makes the file one of float weights
+(:attr:`VectorStats.integral`). Tokens map to term ids through a given
+vocabulary (``{token: id}``; unknown tokens are counted and skipped) or through
+one built as the file is read (ids in order of first appearance). :func:`read_matrix` gathers a whole
 file into a passages x vocabulary CSR matrix; :func:`write_vectors` writes one.
 """
 
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from apcir.errors import ApcirError
+from apcir.ids import check_run_id
 from apcir.io import atomic_write, iter_lines, write_text
 
 
@@ -47,34 +53,42 @@ class VectorStats:
     unknown: dict[str, int] = field(default_factory=dict)
     vocabulary: dict[str, int] = field(default_factory=dict)
     integral: bool = True
+    """Every weight read was written as a JSON integer (quantised impacts, as Anserini's ``-impact`` indexes use)."""
     first_unknown_line: int | None = None
     """The first line with a token outside the given vocabulary."""
-    """Every weight read was a whole number (quantised impacts, as Anserini's ``-impact`` indexes use)."""
 
     @property
     def unknown_total(self) -> int:
         return sum(self.unknown.values())
 
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
 def _weight(value: object, token: str, path: Path, line: int) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ApcirError(f"weight of token {token!r} is not a number: {value!r}", path=path, line=line)
-    number = float(value)
-    if math.isnan(number) or math.isinf(number):
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         raise ApcirError(f"weight of token {token!r} is {value!r}; weights must be finite", path=path, line=line)
-    if number < 0:
+    if value < 0:
         raise ApcirError(f"weight of token {token!r} is negative ({value!r})", path=path, line=line)
-    return number
+    if value > FLOAT32_MAX:  # compared before float(): an int literal may not even fit a float64
+        shown = f"{value:.3g}" if value <= sys.float_info.max else f"about 1e+{int(math.log10(value))}"
+        raise ApcirError(f"weight of token {token!r} is {shown}, too large for a 32-bit float "
+                         f"(at most {FLOAT32_MAX:.3g})", path=path, line=line)
+    return float(value)
 
 
 def read_vectors(
     path: str | Path, vocabulary: Mapping[str, int] | None = None, stats: VectorStats | None = None,
+    what: str = "passage",
 ) -> Iterator[VectorRecord]:
     """Stream the records of a JsonVectorCollection file (see the module doc for the checks).
 
     With ``vocabulary`` tokens map through it and unknown ones are skipped and counted in
     ``stats.unknown``; without it ``stats.vocabulary`` grows as new tokens appear. A record
-    whose tokens are all unknown has empty ``terms``. Blank lines are skipped."""
+    whose tokens are all unknown has empty ``terms``. Blank lines are skipped. ``what`` names
+    a record in messages (``passage``, ``query``)."""
     path = Path(path)
     stats = stats if stats is not None else VectorStats()
     own = stats.vocabulary
@@ -86,20 +100,28 @@ def read_vectors(
             obj = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ApcirError(f"not valid JSON ({exc.msg})", path=path, line=number) from None
+        except (ValueError, RecursionError) as exc:  # an integer of over 4300 digits; nesting too deep
+            raise ApcirError(f"not valid JSON ({exc})", path=path, line=number) from None
         if not isinstance(obj, dict):
             raise ApcirError("expected a JSON object per line", path=path, line=number)
-        if "id" not in obj:
+        raw_id = obj.get("id")
+        if raw_id is None:
             raise ApcirError("missing \"id\"", path=path, line=number)
+        if isinstance(raw_id, bool) or not isinstance(raw_id, str | int):
+            raise ApcirError(f"{what} id {raw_id!r} is neither a string nor an integer", path=path, line=number)
+        record_id = check_run_id(str(raw_id), f"{what} id", path, number)
         vector = obj.get("vector")
         if not isinstance(vector, dict):
             raise ApcirError("missing \"vector\" object {token: weight}", path=path, line=number)
         if not vector:
-            raise ApcirError(f"passage {obj['id']!r} has an empty vector", path=path, line=number)
+            raise ApcirError(f"{what} {record_id!r} has an empty vector", path=path, line=number)
         terms: list[int] = []
         weights: list[float] = []
+        positive = False
         for token, value in vector.items():
             weight = _weight(value, token, path, number)
-            if stats.integral and not float(weight).is_integer():
+            positive = positive or weight > 0
+            if stats.integral and not isinstance(value, int):
                 stats.integral = False
             if vocabulary is not None:
                 term = vocabulary.get(token)
@@ -114,14 +136,16 @@ def read_vectors(
                     term = own[token] = len(own)
             terms.append(term)
             weights.append(weight)
+        if not positive:
+            raise ApcirError(f"{what} {record_id!r} has an empty vector (every weight is 0)", path=path, line=number)
         stats.lines += 1
         contents = obj.get("contents", "")
-        yield VectorRecord(str(obj["id"]), contents if isinstance(contents, str) else str(contents),
+        yield VectorRecord(record_id, contents if isinstance(contents, str) else str(contents),
                            np.asarray(terms, dtype=np.int64), np.asarray(weights, dtype=np.float32))
 
 
 def read_matrix(
-    paths: str | Path | Iterable[str | Path], vocabulary: Mapping[str, int] | None = None,
+    paths: str | Path | Iterable[str | Path], vocabulary: Mapping[str, int] | None = None, what: str = "passage",
 ) -> tuple[sp.csr_matrix, list[str], VectorStats]:
     """Whole files as a passages x vocabulary float32 CSR matrix, the passage ids, and the stats.
 
@@ -134,7 +158,7 @@ def read_matrix(
     terms: list[np.ndarray] = []
     weights: list[np.ndarray] = []
     for path in paths:
-        for record in read_vectors(path, vocabulary, stats):
+        for record in read_vectors(path, vocabulary, stats, what):
             ids.append(record.id)
             terms.append(record.terms)
             weights.append(record.weights)
