@@ -392,6 +392,38 @@ def test_the_summary_records_a_base_url_from_the_environment(run_cli, tmp_path, 
     assert summary["config"]["base_url"] == server.url
 
 
+@pytest.mark.parametrize("command", ["reformulate", "respond", "rerank"])
+@pytest.mark.parametrize("url", ["notaurl", "ftp://host/v1", "http://", "http://localhost:port/v1"])
+def test_a_base_url_that_is_not_http_is_refused_before_any_request(run_cli, tmp_path, ten, command, url):
+    run = tmp_path / "in.run"
+    write_run({ten[0]: {PID: 1.0}}, run)
+    (tmp_path / "q.tsv").write_text(f"{ten[0]}\tquery\n")
+    args = {
+        "reformulate": ["reformulate", "--topics", "ikat23-test", "--turns", ten[0], "--llm", "gpt-test"],
+        "respond": ["respond", str(run), "--topics", "ikat23-test", "--collection", "ikat23-provenance",
+                    "--responder", "gpt-test"],
+        "rerank": ["rerank", "--run", str(run), "--queries", str(tmp_path / "q.tsv"), "--collection",
+                   "ikat23-provenance", "--reranker", "rankgpt"],
+    }[command]
+    started = time.perf_counter()
+    code, _, err = run_cli(*args, "--base-url", url, "--out", str(tmp_path / "out"), "--no-progress")
+    one_line_error(code, err, f"--base-url {url!r}: not ")
+    assert "http(s)://host" in err and time.perf_counter() - started < 30  # no retries
+
+
+def test_a_base_url_from_the_environment_or_a_config_is_checked_too(run_cli, tmp_path, ten, monkeypatch):
+    from apcir.experiment.config import load_config
+
+    monkeypatch.setenv("OPENAI_BASE_URL", "localhost:8000")
+    code, _, err = run_cli("reformulate", "--topics", "ikat23-test", "--turns", ten[0], "--llm", "gpt-test",
+                           "--out", str(tmp_path / "r.jsonl"), "--no-progress")
+    one_line_error(code, err, "OPENAI_BASE_URL 'localhost:8000': not an http(s):// URL")
+    config = tmp_path / "c.toml"
+    config.write_text('name = "x"\ntopics = "ikat23-test"\n[reformulator]\nllm = "gpt-test"\nbase_url = "notaurl"\n')
+    with pytest.raises(Exception, match="reformulator.base_url: not an http"):
+        load_config(config)
+
+
 # ---- 9. one writer per run directory ----------------------------------------------------------------
 @pytest.mark.slow
 def test_a_second_run_on_the_same_directory_stops_at_once(small, tmp_path):
