@@ -182,6 +182,60 @@ def test_malformed_topics_are_refused(run_cli, tmp_path, turns, extra, expected)
     assert "topics.json" in err
 
 
+@pytest.mark.parametrize("turn_id", [0, -1, "0"])
+@pytest.mark.parametrize("schema", ["2023", "2025"])
+def test_a_turn_number_below_1_is_refused(run_cli, tmp_path, schema, turn_id):
+    path = tmp_path / "topics.json"
+    if schema == "2023":
+        conversation = {"number": "1-1", "ptkb": {"1": "I like tea."}, "turns": [{"turn_id": turn_id, "utterance": "a"}]}
+    else:
+        conversation = {"number": "1-1", "ptkb": ["I like tea."], "responses": [{"turn_id": turn_id,
+                                                                                "user_utterance": "a"}]}
+    path.write_text(json.dumps([conversation]))
+    code, _, err = run_cli("prompt", "--topics", str(path), "--stats")
+    one_line_error(code, err, f"conversation 1-1: turn_id {turn_id!r} is not a turn number (1, 2, ...)")
+
+
+@pytest.mark.parametrize("command", ["prompt-stats", "prompt-json", "reformulate", "respond", "export"])
+@pytest.mark.parametrize("key", ["turns", "responses"])
+def test_topics_without_any_turn_are_refused(run_cli, tmp_path, command, key):
+    path = tmp_path / "topics.json"
+    path.write_text(json.dumps([{"number": "1-1", "ptkb": {"1": "I like tea."} if key == "turns" else ["I like tea."],
+                                 key: []}]))
+    run = tmp_path / "r.run"
+    write_run({"1-1_1": {PID: 1.0}}, run)
+    out = tmp_path / "out.jsonl"
+    args = {
+        "prompt-stats": ["prompt", "--topics", str(path), "--stats"],
+        "prompt-json": ["prompt", "--topics", str(path), "--stats", "--json"],
+        "reformulate": ["reformulate", "--topics", str(path), "--llm", "heuristic", "--out", str(out)],
+        "respond": ["respond", str(run), "--topics", str(path), "--collection", "ikat23-provenance", "--out",
+                    str(out)],
+        "export": ["export", str(run), "--topics", str(path), "--out", str(tmp_path / "s.json")],
+    }[command]
+    code, _, err = run_cli(*args)
+    one_line_error(code, err, "topics.json: no conversation has a turn")
+    assert not out.exists() and not (tmp_path / "s.json").exists()
+
+
+def test_a_conversation_without_turns_is_skipped_with_a_warning(run_cli, tmp_path):
+    path = topics_file(tmp_path, [{"turn_id": 1, "utterance": "tea or coffee?"}],
+                       [{"number": "2-1", "ptkb": {}, "turns": []}, {"number": "3-1", "ptkb": {}, "turns": []}])
+    code, out, err = run_cli("prompt", "--topics", str(path), "--stats", "--json")
+    assert code == 0, err
+    assert "2 conversation(s) have no turns and are skipped: 2-1, 3-1" in err
+    assert json.loads(out)["turns"] == 1
+
+
+def test_empty_ptkb_statements_are_named_in_a_warning(run_cli, tmp_path):
+    path = tmp_path / "topics.json"
+    path.write_text(json.dumps([{"number": "1-1", "ptkb": {"1": "I like tea.", "2": "", "3": "   "},
+                                 "turns": [{"turn_id": 1, "utterance": "tea or coffee?"}]}]))
+    code, _, err = run_cli("prompt", "--topics", str(path), "--stats")
+    assert code == 0, err
+    assert "conversation 1-1: 2 PTKB statement(s) are empty: 2, 3" in err
+
+
 def test_an_empty_utterance_is_warned_about_and_fails_its_turn(run_cli, tmp_path):
     path = topics_file(tmp_path, [{"turn_id": 1, "utterance": "tea or coffee?"}, {"turn_id": 2, "utterance": "  "}])
     out = tmp_path / "r.jsonl"
