@@ -528,6 +528,67 @@ def test_an_empty_run_or_one_without_judged_turns(run_cli, tmp_path):
     assert code == 0 and json.loads(out)["measures"]["MRR"] == 0.0
 
 
+WRONG_KIND = "are these the right qrels (passage vs PTKB)?"
+
+
+@pytest.fixture
+def passage_and_ptkb_runs(tmp_path):
+    """A passage run and a PTKB ranking over the turns both kinds of iKAT-23 qrels judge."""
+    passages, statements = datasets.qrels("ikat23-test"), datasets.qrels("ikat23-test-ptkb")
+    turns = sorted(set(passages) & set(statements))[:10]
+    passage_run = {t: {p: 10.0 - i for i, p in enumerate(sorted(passages[t])[:10])} for t in turns}
+    ptkb_run = {t: {s: 10.0 - i for i, s in enumerate(sorted(statements[t]))} for t in turns}
+    write_run(passage_run, tmp_path / "passages.run")
+    write_run(ptkb_run, tmp_path / "ptkb.run")
+    (tmp_path / "levels.tsv").write_text("".join(f"{t}\ta\n" for t in turns))
+    return tmp_path, passage_run, ptkb_run
+
+
+def test_qrels_of_the_other_kind_are_named_in_a_warning(run_cli, passage_and_ptkb_runs):
+    tmp, passage_run, _ = passage_and_ptkb_runs
+    n = len({p for hits in passage_run.values() for p in hits})
+    code, _, err = run_cli("evaluate", str(tmp / "passages.run"), "--qrels", "ikat23-test-ptkb")
+    assert code == 0, err
+    assert f"none of the run's {n} documents is judged in ikat23-test-ptkb; {WRONG_KIND}" in " ".join(err.split())
+    code, _, err = run_cli("evaluate", str(tmp / "ptkb.run"), "--qrels", "ikat23-test")
+    assert code == 0 and "none of the run's" in err and WRONG_KIND in " ".join(err.split())
+    for run, qrels in (("passages.run", "ikat23-test"), ("ptkb.run", "ikat23-test-ptkb")):
+        code, _, err = run_cli("evaluate", str(tmp / run), "--qrels", qrels)
+        assert code == 0 and "none of" not in err, err
+    code, _, err = run_cli("tune", "--runs", str(tmp / "passages.run"), str(tmp / "passages.run"), "--levels",
+                           str(tmp / "levels.tsv"), "--qrels", "ikat23-test-ptkb", "--step", "0.5", "--cv", "2",
+                           "--json")
+    said = " ".join(err.split())
+    assert code == 0 and said.count(WRONG_KIND) == 1, err
+    assert f"none of the 2 runs' {n} documents is judged in ikat23-test-ptkb" in said
+
+
+def test_the_stages_check_their_qrels_too(passage_and_ptkb_runs, capsys):
+    from apcir.contract.responses import ResponseRecord
+    from apcir.evaluation.responses import evaluate_responses
+    from apcir.evaluation.settings import EvaluationSettings
+    from apcir.evaluation.stage import evaluate_ptkb, evaluate_systems
+
+    _, passage_run, ptkb_run = passage_and_ptkb_runs
+    evaluate_ptkb({"apcir": ptkb_run, "profile": ptkb_run}, datasets.qrels("ikat23-test"), "ikat23-test", ["MRR"])
+    said = " ".join(capsys.readouterr().err.split())
+    assert said.count(WRONG_KIND) == 1 and "none of the PTKB rankings'" in said and "judged in ikat23-test;" in said
+    evaluate_systems({"apcir": passage_run, "rrf": passage_run}, datasets.qrels("ikat23-test-ptkb"), [], {},
+                     EvaluationSettings(qrels="ikat23-test-ptkb", measures=["MRR"]), name="x", topics="ikat23-test",
+                     protocol="")
+    said = " ".join(capsys.readouterr().err.split())
+    assert said.count(WRONG_KIND) == 1 and "none of the 2 systems'" in said
+    records = {t: ResponseRecord(turn_id=t, responder="x", text="A [1].", passages=list(hits)[:1],
+                                 citations=list(hits)[:1]) for t, hits in passage_run.items()}
+    evaluate_responses(records, datasets.topics("ikat23-test"), topics="ikat23-test",
+                       qrels=datasets.qrels("ikat23-test-ptkb"), qrels_name="ikat23-test-ptkb")
+    said = " ".join(capsys.readouterr().err.split())
+    assert f"none of the responses' {len(records)} cited passages is judged in ikat23-test-ptkb" in said
+    evaluate_responses(records, datasets.topics("ikat23-test"), topics="ikat23-test",
+                       qrels=datasets.qrels("ikat23-test"), qrels_name="ikat23-test")
+    assert WRONG_KIND not in capsys.readouterr().err
+
+
 # ---- 11. index build --------------------------------------------------------------------------------
 def test_an_empty_collection_is_refused_and_empty_passages_warned(run_cli, tmp_path):
     empty = tmp_path / "empty.jsonl"
