@@ -156,3 +156,52 @@ def test_2025_citations_must_be_references(tmp_path):
         f"line 1 (turn {turns[0].turn_id}), response 1: citation clueweb22-en0000-00-00009:9 is not among the "
         "references [2025 validator: error]"
     ]
+
+
+def test_2025_scores_that_are_not_finite_are_flagged(tmp_path):
+    turns = datasets.topics("ikat25-test")[:1]
+    ids = ["clueweb22-en0000-00-00001:1", "clueweb22-en0000-00-00002:1", "clueweb22-en0000-00-00003:1"]
+    run = {turns[0].turn_id: {p: 3.0 - i for i, p in enumerate(ids)}}
+    response = ResponseRecord(turn_id=turns[0].turn_id, responder="x", text="A [1]. B [2].", passages=ids,
+                              citations=ids[:2])
+    data = build_submission(run, turns, fmt="ikat25", run_name="t", passages=dict.fromkeys(ids, "x"),
+                            responses={turns[0].turn_id: response}, year=2025)
+    data[0]["references"][ids[2]] = float("nan")
+    data[0]["responses"][0]["citations"][ids[1]] = float("nan")
+    path = tmp_path / "sub.jsonl"
+    save_submission(data, path)
+    assert "NaN" in path.read_text()
+    problems = validate_submission(path, turns)
+    at = f"line 1 (turn {turns[0].turn_id})"
+    assert f"{at}: reference #3 score nan is not a finite number" in problems
+    assert f"{at}, response 1: citation {ids[1]} score nan is not a finite number" in problems
+
+
+def test_export_refuses_responses_for_no_turn_of_the_topics(tmp_path, passages, run_cli):
+    from apcir.contract.runs import write_run
+
+    turns = datasets.topics("ikat23-test")
+    ids = sorted(passages)[:5]
+    run = tmp_path / "r.run"
+    write_run({t.turn_id: {p: 5.0 - i for i, p in enumerate(ids)} for t in turns[:3]}, run)
+
+    def responses(turn_ids, name):
+        path = tmp_path / name
+        path.write_text("".join(ResponseRecord(turn_id=t, responder="x", text="A [1].", passages=ids,
+                                               citations=ids[:1]).model_dump_json() + "\n" for t in turn_ids))
+        return path
+
+    other = responses(["99-9_1", "99-9_2"], "other.jsonl")
+    out = tmp_path / "s.json"
+    code, _, err = run_cli("export", str(run), "-t", "ikat23-test", "--responses", str(other), "--collection",
+                           "ikat23-provenance", "-o", str(out))
+    assert code == 2 and "Traceback" not in err and not out.exists()
+    assert (f"none of the 2 response record(s) is for a turn of the topics ({len(turns)} turns, e.g. 99-9_1)"
+            in " ".join(err.split()))
+    some = responses([turns[0].turn_id, "99-9_1"], "some.jsonl")
+    code, _, err = run_cli("export", str(run), "-t", "ikat23-test", "--responses", str(some), "--collection",
+                           "ikat23-provenance", "-o", str(out))
+    assert code == 0, err
+    said = " ".join(err.split())
+    assert "1 of the 2 response record(s) are for turns not in the topics and are not exported: 99-9_1" in said
+    assert f"{len(turns) - 1} turn(s) have no ok response record" in said

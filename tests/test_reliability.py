@@ -182,6 +182,60 @@ def test_malformed_topics_are_refused(run_cli, tmp_path, turns, extra, expected)
     assert "topics.json" in err
 
 
+@pytest.mark.parametrize("turn_id", [0, -1, "0"])
+@pytest.mark.parametrize("schema", ["2023", "2025"])
+def test_a_turn_number_below_1_is_refused(run_cli, tmp_path, schema, turn_id):
+    path = tmp_path / "topics.json"
+    if schema == "2023":
+        conversation = {"number": "1-1", "ptkb": {"1": "I like tea."}, "turns": [{"turn_id": turn_id, "utterance": "a"}]}
+    else:
+        conversation = {"number": "1-1", "ptkb": ["I like tea."], "responses": [{"turn_id": turn_id,
+                                                                                "user_utterance": "a"}]}
+    path.write_text(json.dumps([conversation]))
+    code, _, err = run_cli("prompt", "--topics", str(path), "--stats")
+    one_line_error(code, err, f"conversation 1-1: turn_id {turn_id!r} is not a turn number (1, 2, ...)")
+
+
+@pytest.mark.parametrize("command", ["prompt-stats", "prompt-json", "reformulate", "respond", "export"])
+@pytest.mark.parametrize("key", ["turns", "responses"])
+def test_topics_without_any_turn_are_refused(run_cli, tmp_path, command, key):
+    path = tmp_path / "topics.json"
+    path.write_text(json.dumps([{"number": "1-1", "ptkb": {"1": "I like tea."} if key == "turns" else ["I like tea."],
+                                 key: []}]))
+    run = tmp_path / "r.run"
+    write_run({"1-1_1": {PID: 1.0}}, run)
+    out = tmp_path / "out.jsonl"
+    args = {
+        "prompt-stats": ["prompt", "--topics", str(path), "--stats"],
+        "prompt-json": ["prompt", "--topics", str(path), "--stats", "--json"],
+        "reformulate": ["reformulate", "--topics", str(path), "--llm", "heuristic", "--out", str(out)],
+        "respond": ["respond", str(run), "--topics", str(path), "--collection", "ikat23-provenance", "--out",
+                    str(out)],
+        "export": ["export", str(run), "--topics", str(path), "--out", str(tmp_path / "s.json")],
+    }[command]
+    code, _, err = run_cli(*args)
+    one_line_error(code, err, "topics.json: no conversation has a turn")
+    assert not out.exists() and not (tmp_path / "s.json").exists()
+
+
+def test_a_conversation_without_turns_is_skipped_with_a_warning(run_cli, tmp_path):
+    path = topics_file(tmp_path, [{"turn_id": 1, "utterance": "tea or coffee?"}],
+                       [{"number": "2-1", "ptkb": {}, "turns": []}, {"number": "3-1", "ptkb": {}, "turns": []}])
+    code, out, err = run_cli("prompt", "--topics", str(path), "--stats", "--json")
+    assert code == 0, err
+    assert "2 conversation(s) have no turns and are skipped: 2-1, 3-1" in err
+    assert json.loads(out)["turns"] == 1
+
+
+def test_empty_ptkb_statements_are_named_in_a_warning(run_cli, tmp_path):
+    path = tmp_path / "topics.json"
+    path.write_text(json.dumps([{"number": "1-1", "ptkb": {"1": "I like tea.", "2": "", "3": "   "},
+                                 "turns": [{"turn_id": 1, "utterance": "tea or coffee?"}]}]))
+    code, _, err = run_cli("prompt", "--topics", str(path), "--stats")
+    assert code == 0, err
+    assert "conversation 1-1: 2 PTKB statement(s) are empty: 2, 3" in err
+
+
 def test_an_empty_utterance_is_warned_about_and_fails_its_turn(run_cli, tmp_path):
     path = topics_file(tmp_path, [{"turn_id": 1, "utterance": "tea or coffee?"}, {"turn_id": 2, "utterance": "  "}])
     out = tmp_path / "r.jsonl"
@@ -392,6 +446,38 @@ def test_the_summary_records_a_base_url_from_the_environment(run_cli, tmp_path, 
     assert summary["config"]["base_url"] == server.url
 
 
+@pytest.mark.parametrize("command", ["reformulate", "respond", "rerank"])
+@pytest.mark.parametrize("url", ["notaurl", "ftp://host/v1", "http://", "http://localhost:port/v1"])
+def test_a_base_url_that_is_not_http_is_refused_before_any_request(run_cli, tmp_path, ten, command, url):
+    run = tmp_path / "in.run"
+    write_run({ten[0]: {PID: 1.0}}, run)
+    (tmp_path / "q.tsv").write_text(f"{ten[0]}\tquery\n")
+    args = {
+        "reformulate": ["reformulate", "--topics", "ikat23-test", "--turns", ten[0], "--llm", "gpt-test"],
+        "respond": ["respond", str(run), "--topics", "ikat23-test", "--collection", "ikat23-provenance",
+                    "--responder", "gpt-test"],
+        "rerank": ["rerank", "--run", str(run), "--queries", str(tmp_path / "q.tsv"), "--collection",
+                   "ikat23-provenance", "--reranker", "rankgpt"],
+    }[command]
+    started = time.perf_counter()
+    code, _, err = run_cli(*args, "--base-url", url, "--out", str(tmp_path / "out"), "--no-progress")
+    one_line_error(code, err, f"--base-url {url!r}: not ")
+    assert "http(s)://host" in err and time.perf_counter() - started < 30  # no retries
+
+
+def test_a_base_url_from_the_environment_or_a_config_is_checked_too(run_cli, tmp_path, ten, monkeypatch):
+    from apcir.experiment.config import load_config
+
+    monkeypatch.setenv("OPENAI_BASE_URL", "localhost:8000")
+    code, _, err = run_cli("reformulate", "--topics", "ikat23-test", "--turns", ten[0], "--llm", "gpt-test",
+                           "--out", str(tmp_path / "r.jsonl"), "--no-progress")
+    one_line_error(code, err, "OPENAI_BASE_URL 'localhost:8000': not an http(s):// URL")
+    config = tmp_path / "c.toml"
+    config.write_text('name = "x"\ntopics = "ikat23-test"\n[reformulator]\nllm = "gpt-test"\nbase_url = "notaurl"\n')
+    with pytest.raises(Exception, match="reformulator.base_url: not an http"):
+        load_config(config)
+
+
 # ---- 9. one writer per run directory ----------------------------------------------------------------
 @pytest.mark.slow
 def test_a_second_run_on_the_same_directory_stops_at_once(small, tmp_path):
@@ -440,6 +526,67 @@ def test_an_empty_run_or_one_without_judged_turns(run_cli, tmp_path):
     one_line_error(code, err, "no turn of the run (1 turns) is judged")
     code, out, err = run_cli("evaluate", str(unjudged), "--qrels", "ikat23-test", "--complete", "--json")
     assert code == 0 and json.loads(out)["measures"]["MRR"] == 0.0
+
+
+WRONG_KIND = "are these the right qrels (passage vs PTKB)?"
+
+
+@pytest.fixture
+def passage_and_ptkb_runs(tmp_path):
+    """A passage run and a PTKB ranking over the turns both kinds of iKAT-23 qrels judge."""
+    passages, statements = datasets.qrels("ikat23-test"), datasets.qrels("ikat23-test-ptkb")
+    turns = sorted(set(passages) & set(statements))[:10]
+    passage_run = {t: {p: 10.0 - i for i, p in enumerate(sorted(passages[t])[:10])} for t in turns}
+    ptkb_run = {t: {s: 10.0 - i for i, s in enumerate(sorted(statements[t]))} for t in turns}
+    write_run(passage_run, tmp_path / "passages.run")
+    write_run(ptkb_run, tmp_path / "ptkb.run")
+    (tmp_path / "levels.tsv").write_text("".join(f"{t}\ta\n" for t in turns))
+    return tmp_path, passage_run, ptkb_run
+
+
+def test_qrels_of_the_other_kind_are_named_in_a_warning(run_cli, passage_and_ptkb_runs):
+    tmp, passage_run, _ = passage_and_ptkb_runs
+    n = len({p for hits in passage_run.values() for p in hits})
+    code, _, err = run_cli("evaluate", str(tmp / "passages.run"), "--qrels", "ikat23-test-ptkb")
+    assert code == 0, err
+    assert f"none of the run's {n} documents is judged in ikat23-test-ptkb; {WRONG_KIND}" in " ".join(err.split())
+    code, _, err = run_cli("evaluate", str(tmp / "ptkb.run"), "--qrels", "ikat23-test")
+    assert code == 0 and "none of the run's" in err and WRONG_KIND in " ".join(err.split())
+    for run, qrels in (("passages.run", "ikat23-test"), ("ptkb.run", "ikat23-test-ptkb")):
+        code, _, err = run_cli("evaluate", str(tmp / run), "--qrels", qrels)
+        assert code == 0 and "none of" not in err, err
+    code, _, err = run_cli("tune", "--runs", str(tmp / "passages.run"), str(tmp / "passages.run"), "--levels",
+                           str(tmp / "levels.tsv"), "--qrels", "ikat23-test-ptkb", "--step", "0.5", "--cv", "2",
+                           "--json")
+    said = " ".join(err.split())
+    assert code == 0 and said.count(WRONG_KIND) == 1, err
+    assert f"none of the 2 runs' {n} documents is judged in ikat23-test-ptkb" in said
+
+
+def test_the_stages_check_their_qrels_too(passage_and_ptkb_runs, capsys):
+    from apcir.contract.responses import ResponseRecord
+    from apcir.evaluation.responses import evaluate_responses
+    from apcir.evaluation.settings import EvaluationSettings
+    from apcir.evaluation.stage import evaluate_ptkb, evaluate_systems
+
+    _, passage_run, ptkb_run = passage_and_ptkb_runs
+    evaluate_ptkb({"apcir": ptkb_run, "profile": ptkb_run}, datasets.qrels("ikat23-test"), "ikat23-test", ["MRR"])
+    said = " ".join(capsys.readouterr().err.split())
+    assert said.count(WRONG_KIND) == 1 and "none of the PTKB rankings'" in said and "judged in ikat23-test;" in said
+    evaluate_systems({"apcir": passage_run, "rrf": passage_run}, datasets.qrels("ikat23-test-ptkb"), [], {},
+                     EvaluationSettings(qrels="ikat23-test-ptkb", measures=["MRR"]), name="x", topics="ikat23-test",
+                     protocol="")
+    said = " ".join(capsys.readouterr().err.split())
+    assert said.count(WRONG_KIND) == 1 and "none of the 2 systems'" in said
+    records = {t: ResponseRecord(turn_id=t, responder="x", text="A [1].", passages=list(hits)[:1],
+                                 citations=list(hits)[:1]) for t, hits in passage_run.items()}
+    evaluate_responses(records, datasets.topics("ikat23-test"), topics="ikat23-test",
+                       qrels=datasets.qrels("ikat23-test-ptkb"), qrels_name="ikat23-test-ptkb")
+    said = " ".join(capsys.readouterr().err.split())
+    assert f"none of the responses' {len(records)} cited passages is judged in ikat23-test-ptkb" in said
+    evaluate_responses(records, datasets.topics("ikat23-test"), topics="ikat23-test",
+                       qrels=datasets.qrels("ikat23-test"), qrels_name="ikat23-test")
+    assert WRONG_KIND not in capsys.readouterr().err
 
 
 # ---- 11. index build --------------------------------------------------------------------------------

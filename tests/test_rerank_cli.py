@@ -125,3 +125,11 @@ def test_an_empty_run_is_refused(files, t5, run_cli):
     (files / "in.run").write_text("")
     code, _, err = run_cli(*args(files, t5, "--out", str(files / "out.run")))
     assert code == 2 and "the run holds no passage" in err
+
+
+def test_a_directory_given_as_queries_is_named_as_one(files, t5, run_cli):
+    (files / "qdir").mkdir()
+    code, _, err = run_cli("rerank", "--run", str(files / "in.run"), "--queries", str(files / "qdir"),
+                           "--collection", str(files / "c.jsonl"), "--model", str(t5), "--device", "cpu",
+                           "--out", str(files / "out.run"), "--no-progress")
+    assert code == 2 and "qdir: queries file is a directory, not a file" in err and "not found" not in err

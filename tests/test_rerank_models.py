@@ -188,3 +188,53 @@ def test_settings_refuse_bad_values():
         RerankSettings(systems=["nope"])
     assert RerankSettings(reranker="rankgpt").model_name == "gpt-4o-mini"
     assert math.isclose(RerankSettings().depth, 100)
+
+
+def _absent_gpu() -> str:
+    import torch
+
+    return f"cuda:{torch.cuda.device_count() + 7}" if torch.cuda.is_available() else "cuda:7"
+
+
+@pytest.mark.parametrize("device, message", [("banana", "device 'banana' is not a torch device"),
+                                             (None, "CUDA GPU")])
+@pytest.mark.parametrize("reranker", ["monot5", "cross-encoder"])
+def test_a_device_torch_does_not_know_or_this_machine_lacks_is_refused(t5, cross, reranker, device, message):
+    from apcir.rerank.stage import load_reranker
+
+    model = t5 if reranker == "monot5" else cross
+    with pytest.raises(ApcirError, match=message):
+        load_reranker(RerankSettings(reranker=reranker, model=str(model), device=device or _absent_gpu()))
+
+
+def test_the_retrieval_encoders_share_the_device_check():
+    from apcir.retrieval.encoder import SpladeEncoder
+
+    with pytest.raises(ApcirError, match="device 'banana' is not a torch device"):
+        SpladeEncoder("splade-tiny", device="banana")
+    with pytest.raises(ApcirError, match="CUDA GPU"):
+        SpladeEncoder("splade-tiny", device=_absent_gpu())
+
+
+def test_a_model_that_is_not_a_cross_encoder_is_refused(t5):
+    from apcir.rerank.stage import load_reranker
+
+    # a T5 loads as T5ForSequenceClassification with a newly initialised (random) head: its scores would be noise
+    with pytest.raises(ApcirError, match=r"is not a cross-encoder: its config names T5ForConditionalGeneration"):
+        load_reranker(RerankSettings(reranker="cross-encoder", model=str(t5), device="cpu"))
+
+
+def test_answer_words_that_are_the_same_token_are_refused(t5):
+    from apcir.rerank.monot5 import MonoT5
+
+    with pytest.raises(ValueError, match="the same word as true_token"):
+        RerankSettings(true_token="true", false_token=" true")
+    # the BERT vocabulary of the tiny T5 is uncased: TRUE is the token of true
+    with pytest.raises(ApcirError, match="'true' and 'TRUE' are the same token"):
+        MonoT5(str(t5), device="cpu", true_token="true", false_token="TRUE")
+
+
+def test_an_empty_list_of_systems_is_refused():
+    with pytest.raises(ValueError, match="no system to re-rank"):
+        RerankSettings(systems=[])
+    assert RerankSettings(systems="all").systems == "all"

@@ -167,3 +167,21 @@ def test_reformulation_fields_used():
     (made,) = build_jobs([turn], {turn.turn_id: record}, {}, {}, {}, 5)
     assert made.rewrite == "personal rewrite" and made.level == "c" and made.used == ["2"]
     assert [sid for sid, _ in made.statements] == list(turn.ptkb), "no ranking given: the profile's order"
+
+
+def test_a_run_of_other_turns_is_refused_and_missing_turns_are_counted(run_cli, tmp_path):
+    turns = TURNS[:3]
+    run_path, _ = write_inputs(tmp_path, turns[:2], run_for(turns[:2]))
+    out = tmp_path / "r.jsonl"
+    code, _, err = run_cli("respond", str(run_path), "-t", "ikat24-test", "--collection", "ikat23-provenance",
+                           "-o", str(out), "--no-progress")
+    n = len(datasets.topics("ikat24-test"))
+    assert code == 2 and "Traceback" not in err
+    assert f"the run has no passage for any of the {n} topic turn(s) (2 run turns, e.g. {turns[0].turn_id})" \
+        in " ".join(err.split())
+    assert not out.exists()
+    code, _, err = run_cli("respond", str(run_path), "-t", "ikat23-test", "--turns", ",".join(t.turn_id for t in turns),
+                           "--collection", "ikat23-provenance", "-o", str(out), "--no-progress")
+    assert code == 1, err  # the turn without passages is a failed record
+    assert f"1 of the 3 topic turn(s) have no passage in the run, so no response (recorded as failed): " \
+           f"{turns[2].turn_id}" in " ".join(err.split())

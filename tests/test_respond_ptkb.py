@@ -94,3 +94,19 @@ def test_the_readme_numbers(run_cli, tmp_path):
     }
     for name, values in expected.items():
         assert [means[name][m] for m in MEASURES] == pytest.approx(values, abs=5e-5), name
+
+
+def test_reformulations_that_miss_topic_turns_are_counted(run_cli, tmp_path):
+    turns = datasets.topics("ikat23-test")[:3]
+    refs = tmp_path / "refs.jsonl"
+    refs.write_text("".join(offline_record(t, "heuristic").model_dump_json() + "\n" for t in turns[:2]))
+    selected = ",".join(t.turn_id for t in turns)
+    code, _, err = run_cli("rank-ptkb", "-t", "ikat23-test", "--turns", selected, "-r", str(refs), "-o",
+                           str(tmp_path / "p.run"))
+    assert code == 0, err
+    assert f"1 of the 3 topic turn(s) have no reformulation, so their statements are ranked against the utterance, " \
+           f"with no statement used first: {turns[2].turn_id}" in " ".join(err.split())
+    code, _, err = run_cli("rank-ptkb", "-t", "ikat24-test", "-r", str(refs), "-o", str(tmp_path / "p24.run"))
+    assert code == 0, err
+    n = len(datasets.topics("ikat24-test"))
+    assert f"none of the {n} topic turn(s) has a record in the reformulations given (2 records" in " ".join(err.split())

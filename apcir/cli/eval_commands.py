@@ -56,7 +56,7 @@ def evaluate_command(
         loaded[label] = run_file.run
     base = labels[paths.index(baseline)] if baseline is not None else labels[0]
     comparison = compare_runs(loaded, datasets.qrels(qrels), measures, baseline=base, rel_threshold=rel_threshold,
-                              complete=complete)
+                              complete=complete, qrels_name=qrels)
     if as_json:
         _print_json(comparison, labels, per_turn, rel_threshold, complete)
         return

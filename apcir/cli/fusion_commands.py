@@ -225,7 +225,7 @@ def fuse_command(
     payload: dict[str, object] = {"run": str(out), "turns": len(fused)}
     if judgements is not None:
         label = _label(tuned.overlap)
-        result = evaluate(fused, judgements, "paper", rel_threshold=weights.rel_threshold)
+        result = evaluate(fused, judgements, "paper", rel_threshold=weights.rel_threshold, qrels_name=qrels or "")
         payload.update(measures=result.measures, label=label, tuning_turns_evaluated=tuned.overlap or 0)
         if not as_json:
             console.print(means_table(f"{out.name} vs {qrels}: {label}", result.measures))

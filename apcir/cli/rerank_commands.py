@@ -82,7 +82,9 @@ def rerank_command(
     )
     check_writable(out, "run file")
     collection_file = collection_path(collection)
-    if not queries.is_file():
+    if queries.is_dir():
+        raise ApcirError("queries file is a directory, not a file", path=queries)
+    if not queries.exists():
         raise ApcirError("queries file not found", path=queries)
     query_set = load_queries(queries, options.field if is_jsonl(queries) else field)
     for turn, reason in query_set.skipped.items():

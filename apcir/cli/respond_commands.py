@@ -13,7 +13,7 @@ from apcir.contract.reformulations import load_reformulations
 from apcir.contract.runs import read_run_file
 from apcir.errors import ApcirError
 from apcir.io import check_writable
-from apcir.respond.job import build_jobs, needed_passages
+from apcir.respond.job import build_jobs, check_run_turns, needed_passages
 from apcir.respond.ptkb import BM25, METHODS, bm25_similarity, load_ptkb_run, rank_by, rank_statements, write_ptkb_run
 from apcir.respond.registry import usage_help
 from apcir.respond.settings import RespondSettings
@@ -110,6 +110,7 @@ def respond_command(
     check_writable(out, "responses file")
     selected = datasets.select_turns(topics, turns)
     run_file = read_run_file(run)
+    check_run_turns(run_file.run, selected)
     records = load_reformulations(reformulations) if reformulations else {}
     ptkb = load_ptkb_run(ptkb_run, selected) if ptkb_run else rank_statements(selected, records, bm25_similarity())
     texts = datasets.passage_texts(datasets.collection_path(collection),

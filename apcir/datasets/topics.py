@@ -25,32 +25,43 @@ def load_topics(path: Path) -> list[Turn]:
     Malformed conversations and turns are errors naming the conversation and
     turn; a repeated conversation or turn id is an error (it would silently
     replace the other); empty utterances are accepted with a warning (a
-    reformulator then fails those turns rather than searching nothing).
+    reformulator then fails those turns rather than searching nothing), and so
+    are empty PTKB statements. A conversation without turns is skipped with a
+    warning naming it; a file without any turn is an error.
     """
     data = read_json(path, "topic file")
     if not isinstance(data, list) or not data:
         raise ApcirError("expected a non-empty JSON list of conversations (iKAT topic file)", path=path)
     turns: list[Turn] = []
     seen: dict[str, int] = {}
+    without_turns: list[str] = []
     for index, conversation in enumerate(data):
-        conv_turns = _conversation_turns(conversation, index, path)
-        if conv_turns and conv_turns[0].conversation_id in seen:
+        conv_id, conv_turns = _conversation_turns(conversation, index, path)
+        if conv_id in seen:
             raise ApcirError(
-                f"conversation {conv_turns[0].conversation_id} appears twice (conversations "
-                f"#{seen[conv_turns[0].conversation_id] + 1} and #{index + 1})",
+                f"conversation {conv_id} appears twice (conversations #{seen[conv_id] + 1} and #{index + 1})",
                 path=path,
             )
-        if conv_turns:
-            seen[conv_turns[0].conversation_id] = index
+        seen[conv_id] = index
+        if not conv_turns:
+            without_turns.append(conv_id)
         turns.extend(conv_turns)
+    if not turns:
+        raise ApcirError(f"no conversation has a turn ({len(data)} conversation(s), every 'turns' / 'responses' list "
+                         "is empty): nothing to work on", path=path)
+    if without_turns:
+        warn(f"{path}: {len(without_turns)} conversation(s) have no turns and are skipped: {_shown(without_turns)}")
     empty = [t.turn_id for t in turns if not t.utterance.strip()]
     if empty:
-        shown = ", ".join(empty[:10]) + (" ..." if len(empty) > 10 else "")
-        warn(f"{path}: {len(empty)} turn(s) have an empty utterance: {shown}")
+        warn(f"{path}: {len(empty)} turn(s) have an empty utterance: {_shown(empty)}")
     return turns
 
 
-def _conversation_turns(conv: Any, index: int, path: Path) -> list[Turn]:
+def _shown(items: list[str]) -> str:
+    return ", ".join(items[:10]) + (" ..." if len(items) > 10 else "")
+
+
+def _conversation_turns(conv: Any, index: int, path: Path) -> tuple[str, list[Turn]]:
     if not isinstance(conv, dict) or "number" not in conv:
         raise ApcirError(
             f"conversation #{index + 1} is not an object with a 'number' field; "
@@ -85,7 +96,10 @@ def _conversation_turns(conv: Any, index: int, path: Path) -> list[Turn]:
             raise ApcirError(f"conversation {conv_id}: turn {turn.turn_number} appears twice", path=path)
         turns.append(turn)
         history = [*history, HistoryEntry(turn_id=turn.turn_id, utterance=turn.utterance, response=turn.response)]
-    return turns
+    blank = [sid for sid, statement in ptkb.items() if not statement.strip()]
+    if blank and turns:
+        warn(f"{path}: conversation {conv_id}: {len(blank)} PTKB statement(s) are empty: {_shown(blank)}")
+    return conv_id, turns
 
 
 def _turn(
@@ -105,7 +119,8 @@ def _turn(
             path=path,
         )
     number = raw["turn_id"]
-    if isinstance(number, bool) or not (isinstance(number, int) or (isinstance(number, str) and number.strip().isdigit())):
+    if isinstance(number, bool) or not (isinstance(number, int) or (isinstance(number, str) and number.strip().isdigit())) \
+            or int(number) < 1:
         raise ApcirError(f"conversation {conv_id}: turn_id {number!r} is not a turn number (1, 2, ...)", path=path)
     number = int(number)
     turn_id = make_turn_id(conv_id, number)

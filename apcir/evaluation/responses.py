@@ -25,6 +25,7 @@ from apcir.contract.responses import ResponseRecord, strip_citations
 from apcir.errors import ApcirError
 from apcir.evaluation.judge import judge_all
 from apcir.llm.settings import LLMSettings
+from apcir.metrics import check_judged
 
 ROUGE, PRECISION, HIT, JUDGE = "ROUGE-L", "citation precision", "relevant citation", "judge"
 MEASURES = (ROUGE, PRECISION, HIT, JUDGE)
@@ -108,6 +109,8 @@ def evaluate_responses(
         judged = [t for t in ok if t.turn_id in qrels]
         if not judged:
             notes.append(f"citation precision skipped: no response is for a turn judged in {qrels_name}")
+        check_judged({t.turn_id: dict.fromkeys(responses[t.turn_id].citations, 0.0) for t in judged}, qrels,
+                     qrels_name or "the qrels", "the responses'", "cited passages")
         for turn in judged:
             cited = responses[turn.turn_id].citations
             relevant = [p for p in cited if qrels[turn.turn_id].get(p, 0) >= rel_threshold]

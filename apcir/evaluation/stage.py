@@ -13,7 +13,7 @@ from apcir.errors import ApcirError
 from apcir.evaluation.results import PtkbMetrics, RerankerInfo, RunMetrics, SystemResult, TurnInfo
 from apcir.evaluation.settings import EvaluationSettings
 from apcir.fusion.systems import SYSTEMS
-from apcir.metrics import Comparison, Evaluation, evaluate, paired_t_tests, parse_measures
+from apcir.metrics import Comparison, Evaluation, check_judged, evaluate, paired_t_tests, parse_measures
 
 
 def system_result(name: str, evaluation: Evaluation, tuned_on_test: bool = False,
@@ -63,12 +63,14 @@ def evaluate_systems(
     reranked = dict(reranked or {})
     rerankers = dict(rerankers or {})
     results = {}
+    check_judged(list(systems.values()), qrels, str(settings.qrels), f"the {len(systems)} systems'")
     for system, run in systems.items():
         origin = reranked.get(system)
         base = origin[0] if origin else system
         results[system] = system_result(
             system,
-            evaluate(run, qrels, measures, rel_threshold=settings.rel_threshold, complete=settings.complete),
+            evaluate(run, qrels, measures, rel_threshold=settings.rel_threshold, complete=settings.complete,
+                     check=False),
             base in tuned_on_test,
             (origin[0], origin[1], rerankers[origin[1]]) if origin else None,
         )
@@ -103,8 +105,9 @@ def evaluate_ptkb(rankings: Mapping[str, Run], qrels: Qrels, qrels_name: str, me
     """The PTKB rankings (runs over statement ids) against PTKB qrels; names from :data:`PTKB_RANKINGS`."""
     chosen = parse_measures(measures)
     systems = {}
+    check_judged(list(rankings.values()), qrels, qrels_name, "the PTKB rankings'", "statement ids")
     for name, run in rankings.items():
-        evaluation = evaluate(run, qrels, chosen)
+        evaluation = evaluate(run, qrels, chosen, check=False)
         label, description = PTKB_RANKINGS.get(name, (name, ""))
         systems[name] = SystemResult(label=label, groups=["ptkb"], description=description,
                                      means=evaluation.measures, per_turn=evaluation.per_turn)
@@ -129,6 +132,7 @@ def compare_runs(
     baseline: str | None = None,
     rel_threshold: int = 1,
     complete: bool = False,
+    qrels_name: str = "the qrels",
 ) -> RunComparison:
     """Evaluate every run; test each against ``baseline`` (default: the first) with Bonferroni over the others."""
     if not runs:
@@ -137,7 +141,8 @@ def compare_runs(
     base = baseline if baseline is not None else next(iter(runs))
     if base not in runs:
         raise ApcirError(f"--baseline {base!r} is not one of the runs ({', '.join(runs)})")
-    evaluations = {label: evaluate(run, qrels, chosen, rel_threshold=rel_threshold, complete=complete)
+    evaluations = {label: evaluate(run, qrels, chosen, rel_threshold=rel_threshold, complete=complete,
+                                   qrels_name=qrels_name, run_name=label if len(runs) > 1 else None)
                    for label, run in runs.items()}
     names = [m.name for m in chosen]
     tests = paired_t_tests({label: e.per_turn for label, e in evaluations.items()}, base, names) if len(runs) > 1 else []

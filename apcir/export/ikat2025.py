@@ -18,6 +18,7 @@ run silently (it deletes responses over 250 words); plus apcir's own
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +143,9 @@ def _check_entry(entry: dict[str, Any], line: int, by_id: dict[str, Turn]) -> li
             # l.181-184: every citation is a reference (error)
             problems += [f"{where}: citation {c} is not among the references{ERROR}" for c in citations
                          if c not in references]
+            # apcir: a citation's score is a reference score, so a finite number (as score_problems wants them)
+            problems += [f"{where}: citation {c} score {v!r} is not a finite number" for c, v in citations.items()
+                         if not math.isfinite(v)]
             if not citations:  # guidelines l.348: a response without citations is not evaluated
                 problems.append(f"{where}: no citations [guidelines]")
             cited = [reference_ids.index(c) + 1 for c in citations if c in references]

@@ -67,6 +67,10 @@ def check_inputs(inputs: SubmissionInputs, fmt: str, *, allow_missing_text: bool
         if lacking:
             warn(f"{len(lacking)} turn(s) have no reformulation, so no pseudo-response and no statements used: "
                  f"{_shown(lacking)}")
+    if inputs.responses is not None and not known & set(inputs.responses):
+        example = f", e.g. {next(iter(sorted(inputs.responses)))}" if inputs.responses else ""
+        raise ApcirError(f"none of the {len(inputs.responses)} response record(s) is for a turn of the topics "
+                         f"({len(known)} turns{example}): are they the responses of this run and these topics?")
     plans = plan(inputs, spec.year)
     if inputs.responses is None:
         warn("no responses given (--responses / the respond stage): the response text is the "
@@ -74,6 +78,10 @@ def check_inputs(inputs: SubmissionInputs, fmt: str, *, allow_missing_text: bool
              "grounded in the passages; the top passages are marked used")
     else:
         fell_back = sorted(t for t, p in plans.items() if p.fallback is not None)
+        foreign = sorted(set(inputs.responses) - known)
+        if foreign:
+            warn(f"{len(foreign)} of the {len(inputs.responses)} response record(s) are for turns not in the topics "
+                 f"and are not exported: {_shown(foreign)}")
         if fell_back:
             warn(f"{len(fell_back)} turn(s) have no ok response record, so their text is the "
                  f"{'pseudo-response' if inputs.mode == 'pseudo' else 'top passage'} and the top passages are marked "

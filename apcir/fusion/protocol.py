@@ -40,6 +40,7 @@ from apcir.fusion.tuning import (
     weights_from_search,
     with_missing_level,
 )
+from apcir.metrics import check_judged
 
 
 @dataclass
@@ -78,6 +79,7 @@ def search_for(inputs: FusionInputs, settings: TuningSettings, *, norm: str, dep
     turns = tuning_turns(inputs.lists, inputs.qrels)
     if not turns:
         raise ApcirError("no turn is both judged and in the runs: check that the qrels belong to these runs")
+    check_judged(inputs.lists, inputs.qrels, inputs.qrels_name or "the qrels", f"the {len(inputs.lists)} runs'")
     search = GridSearch(inputs.lists, inputs.qrels, turns, objective_measures(settings.objective), step=settings.step,
                         norm=norm, depth=depth, rel_threshold=rel_threshold, progress=progress)
     return search, turns

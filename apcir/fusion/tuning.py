@@ -316,7 +316,7 @@ def cross_validate(
             Fold(index=index, conversations=conversations, test_turns=test, weights=weights)
         )
     wanted = report if isinstance(report, str) else list(report)
-    evaluation = evaluate(fused, {t: qrels[t] for t in turns}, wanted, rel_threshold=rel_threshold)
+    evaluation = evaluate(fused, {t: qrels[t] for t in turns}, wanted, rel_threshold=rel_threshold, check=False)
     return CVResult(
         k=k,
         seed=seed,

@@ -11,8 +11,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from apcir.errors import ApcirError
 from apcir.llm.accounting import Price, load_prices
 from apcir.llm.cache import ResponseCache, default_cache_dir
 from apcir.llm.client import RetryPolicy, StructuredMode
@@ -39,9 +40,22 @@ class LLMSettings(BaseModel):
     no_cache: bool = Field(False, description="neither read nor write the answer cache")
     prices: str | None = Field(None, description='JSON price file {"model": {"input": $/1M, "output": $/1M}}')
 
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        problem = url_problem(value) if value else None
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
     def resolved_base_url(self) -> str | None:
         """The server the requests go to: ``base_url``, else ``OPENAI_BASE_URL``, else OpenAI (None)."""
-        return self.base_url or os.environ.get("OPENAI_BASE_URL") or None
+        if self.base_url:
+            return self.base_url
+        from_env = os.environ.get("OPENAI_BASE_URL") or None
+        if from_env is not None and (problem := url_problem(from_env)) is not None:
+            raise ApcirError(f"OPENAI_BASE_URL {from_env!r}: {problem}")
+        return from_env
 
     def api_key(self) -> str | None:
         """The key from ``api_key_env`` (never stored anywhere by apcir)."""
@@ -66,3 +80,17 @@ class LLMSettings(BaseModel):
 
     def price_table(self) -> dict[str, Price]:
         return load_prices(Path(self.prices) if self.prices else None)
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be a server's base URL (it must be ``http(s)://host[:port][/path]``), else None."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url.strip())
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as exc:
+        return f"not a valid URL ({exc}); expected http(s)://host[:port][/path], e.g. http://localhost:8000/v1"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "not an http(s):// URL with a host; expected http(s)://host[:port][/path], e.g. http://localhost:8000/v1"
+    return None

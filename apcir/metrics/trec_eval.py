@@ -9,13 +9,21 @@ Averaging follows trec_eval and exposes both of its conventions:
 
 In both, run turns without judgements are ignored (trec_eval cannot score
 them); the result says how many there were.
+
+Qrels of the wrong kind (PTKB qrels for a passage run, or the reverse) judge
+the run's turns but none of its documents, so every number is 0:
+:func:`check_judged` says so in a warning, for every evaluation against qrels
+(``evaluate``, the weight search, the response citations).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import pytrec_eval
 from pydantic import BaseModel
 
+from apcir.console import warn
 from apcir.contract.records import Qrels, Run
 from apcir.errors import ApcirError
 from apcir.metrics.measures import Measure, parse_measures, pytrec_eval_spec
@@ -40,8 +48,15 @@ def evaluate(
     *,
     rel_threshold: int = 1,
     complete: bool = False,
+    qrels_name: str = "the qrels",
+    run_name: str | None = None,
+    check: bool = True,
 ) -> Evaluation:
-    """trec_eval's numbers for ``run``; see the module docstring for averaging."""
+    """trec_eval's numbers for ``run``; see the module docstring for averaging.
+
+    ``qrels_name`` and ``run_name`` name them in the warning of :func:`check_judged` (``check=False``: the caller
+    checked already, e.g. once for several runs).
+    """
     chosen = _measures(measures)
     if not complete and not run:
         raise ApcirError("the run is empty: trec_eval has nothing to average (with --complete / "
@@ -52,6 +67,8 @@ def evaluate(
             "has nothing to average; check that the qrels belong to these topics (with --complete / "
             "evaluation.complete every judged turn counts 0)"
         )
+    if check:
+        check_judged(run, qrels, qrels_name, "the run's" if run_name is None else f"{run_name}'s")
     evaluator = pytrec_eval.RelevanceEvaluator(
         qrels, pytrec_eval_spec(chosen), relevance_level=int(rel_threshold)
     )
@@ -72,6 +89,21 @@ def evaluate(
         unjudged_run_turns=sorted(set(run) - set(qrels)),
         missing_judged_turns=missing,
     )
+
+
+def check_judged(runs: Run | Sequence[Run], qrels: Qrels, qrels_name: str = "the qrels", owner: str = "the run's",
+                 noun: str = "documents") -> bool:
+    """Warn when ``qrels`` judge some turns of the run (or runs, taken together) but none of its documents at all
+    (every number would be 0: qrels of another kind, passage vs PTKB); True when it warned."""
+    together = [runs] if isinstance(runs, Mapping) else list(runs)
+    documents = {doc for run in together for hits in run.values() for doc in hits}
+    if not documents or not any(turn in qrels for run in together for turn in run):
+        return False
+    if any(not documents.isdisjoint(grades) for grades in qrels.values()):
+        return False
+    warn(f"none of {owner} {len(documents)} {noun} is judged in {qrels_name}; are these the right qrels (passage vs "
+         "PTKB)?")
+    return True
 
 
 def _measures(measures: list[Measure] | list[str] | str) -> list[Measure]:

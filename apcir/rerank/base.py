@@ -110,14 +110,6 @@ def load_error(model: str, exc: BaseException, local: bool) -> ApcirError:
     )
 
 
-def default_device(device: str | None) -> str:
-    if device:
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def quiet_transformers() -> Any:
     """Silence transformers' weight-loading reports and bars; returns the verbosity to restore."""
     from transformers.utils import logging as hf_logging

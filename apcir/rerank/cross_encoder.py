@@ -11,8 +11,12 @@ and restores the order.
 
 from __future__ import annotations
 
-from apcir.rerank.base import PointwiseReranker, default_device, load_error, model_location, quiet_transformers
+from typing import Any
+
+from apcir.errors import ApcirError
+from apcir.rerank.base import PointwiseReranker, load_error, model_location, quiet_transformers
 from apcir.rerank.settings import RerankSettings
+from apcir.retrieval.encoder import resolve_device
 
 
 class CrossEncoderScorer:
@@ -22,20 +26,41 @@ class CrossEncoderScorer:
         from transformers.utils import logging as hf_logging
 
         location, local = model_location(model)
+        target = resolve_device(device)
         verbosity = quiet_transformers()
         try:
-            self.model = CrossEncoder(location, device=default_device(device), local_files_only=local,
+            self.model = CrossEncoder(location, device=target, local_files_only=local,
                                       max_length=max_length, activation_fn=torch.nn.Identity())
         except Exception as exc:
             raise load_error(location, exc, local) from None
         finally:
             hf_logging.set_verbosity(verbosity)
+        check_classifier(self.model, location)
         self.batch_size = batch_size
 
     def score(self, pairs: list[tuple[str, str]]) -> list[float]:
         values = self.model.predict([list(p) for p in pairs], batch_size=self.batch_size, show_progress_bar=False,
                                     convert_to_numpy=True)
         return [float(v) for v in values.reshape(len(pairs), -1)[:, 0]]
+
+
+def check_classifier(model: Any, location: str) -> None:
+    """Refuse a checkpoint that is not a sequence-classification model (its config's ``architectures`` say so).
+
+    ``CrossEncoder`` loads any checkpoint as ``AutoModelForSequenceClassification``; for one saved as another
+    architecture (a monoT5's ``T5ForConditionalGeneration``, a plain ``BertModel``) the score head is newly
+    initialised at random, and transformers' note saying so is silenced here, so the scores would be noise.
+    A config without ``architectures`` cannot be told apart and is accepted.
+    """
+    config = getattr(getattr(model, "model", None), "config", None)
+    architectures = [str(a) for a in (getattr(config, "architectures", None) or [])]
+    if architectures and not any(a.endswith("ForSequenceClassification") for a in architectures):
+        raise ApcirError(
+            f"{location} is not a cross-encoder: its config names {', '.join(architectures)}, not a "
+            "...ForSequenceClassification model, so its score head would be newly initialised and every score "
+            "random; give a cross-encoder checkpoint (e.g. cross-encoder/ms-marco-MiniLM-L-6-v2), or --reranker "
+            "monot5 (rerank.reranker) for a monoT5 model"
+        )
 
 
 def load(settings: RerankSettings) -> PointwiseReranker:

@@ -33,8 +33,9 @@ from __future__ import annotations
 from typing import Any
 
 from apcir.errors import ApcirError
-from apcir.rerank.base import PointwiseReranker, default_device, load_error, model_location, quiet_transformers
+from apcir.rerank.base import PointwiseReranker, load_error, model_location, quiet_transformers
 from apcir.rerank.settings import RerankSettings
+from apcir.retrieval.encoder import resolve_device
 
 TEMPLATE = "Query: {query} Document: {document} Relevant:"
 
@@ -63,7 +64,7 @@ class MonoT5:
         from transformers.utils import logging as hf_logging
 
         location, local = model_location(model)
-        self.device = default_device(device)
+        self.device = resolve_device(device)
         verbosity = quiet_transformers()
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=local)
@@ -77,6 +78,10 @@ class MonoT5:
         self.max_length = max_length
         self.ids = [answer_token_id(self.tokenizer, false_token, model),
                     answer_token_id(self.tokenizer, true_token, model)]
+        if self.ids[0] == self.ids[1]:
+            raise ApcirError(f"{model}: the answer words {true_token!r} and {false_token!r} are the same token "
+                             f"(id {self.ids[0]}) of the model's vocabulary, so every score would be equal; set "
+                             "--true-token/--false-token to two different words")
         start = getattr(self.model.config, "decoder_start_token_id", None)
         if start is None:  # transformers 5's T5Config has no default for it; real monoT5 configs carry 0
             start = getattr(self.model.generation_config, "decoder_start_token_id", None)

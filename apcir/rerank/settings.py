@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from apcir.contract.reformulations import LIST_NAMES
 from apcir.llm.settings import LLMSettings
@@ -72,9 +72,20 @@ class RerankSettings(BaseModel):
         if isinstance(value, list):
             from apcir.fusion.systems import SYSTEMS
 
+            if not value:
+                raise ValueError("no system to re-rank: name at least one (e.g. ['apcir']) or 'all'")
             unknown = [n for n in value if n not in SYSTEMS]
             if unknown:
                 raise ValueError(f"unknown system(s) {unknown}: expected 'all' or some of {', '.join(SYSTEMS.names())}")
+        return value
+
+    @field_validator("false_token")
+    @classmethod
+    def _two_answer_words(cls, value: str, info: ValidationInfo) -> str:
+        true_token = info.data.get("true_token")
+        if isinstance(true_token, str) and true_token.strip() == value.strip():
+            raise ValueError(f"the same word as true_token ({true_token!r}): every monoT5 score would be equal; give "
+                             "two different words (true / false; mT5: yes / no)")
         return value
 
     @model_validator(mode="after")

@@ -6,10 +6,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from apcir.console import warn
 from apcir.contract.records import Run, Turn
 from apcir.contract.reformulations import ReformulationRecord
 from apcir.contract.responses import ResponseRecord
 from apcir.contract.runs import ranking
+from apcir.errors import ApcirError
 from apcir.respond.ptkb import PtkbRanking, personalised_rewrite, statements_used
 
 
@@ -40,7 +42,7 @@ def build_jobs(
     ptkb: PtkbRanking,
     top_k: int,
 ) -> list[ResponseJob]:
-    """One job per turn, in the topics' order."""
+    """One job per turn, in the topics' order (a turn the run lacks gets no passage, and then a failed record)."""
     jobs = []
     for turn in turns:
         record = records.get(turn.turn_id)
@@ -55,6 +57,19 @@ def build_jobs(
             passages=[(pid, passages.get(pid, "").strip()) for pid, _ in top],
         ))
     return jobs
+
+
+def check_run_turns(run: Run, turns: Sequence[Turn]) -> None:
+    """Refuse a run with passages for no turn of the topics; name the topic turns it has no passage for (``apcir
+    respond``: a run given by hand may be another topic set's)."""
+    lacking = [t.turn_id for t in turns if not run.get(t.turn_id)]
+    if turns and len(lacking) == len(turns):
+        example = f", e.g. {next(iter(sorted(run)))}" if run else ""
+        raise ApcirError(f"the run has no passage for any of the {len(turns)} topic turn(s) ({len(run)} run "
+                         f"turns{example}): is it the run of these topics?")
+    if lacking:
+        warn(f"{len(lacking)} of the {len(turns)} topic turn(s) have no passage in the run, so no response (recorded "
+             f"as failed): {', '.join(lacking[:10])}{' ...' if len(lacking) > 10 else ''}")
 
 
 def needed_passages(run: Run, turns: Sequence[Turn], top_k: int) -> set[str]:

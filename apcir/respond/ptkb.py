@@ -120,11 +120,27 @@ def _warn_empty(turns: Sequence[Turn]) -> None:
              f"{shown}")
 
 
+def _warn_uncovered(turns: Sequence[Turn], records: Mapping[str, ReformulationRecord]) -> None:
+    """Say how many turns the reformulations given do not cover (their statements are ranked against the utterance)."""
+    if not records:
+        return
+    lacking = [t.turn_id for t in turns if t.turn_id not in records]
+    if len(lacking) == len(turns):
+        warn(f"none of the {len(turns)} topic turn(s) has a record in the reformulations given ({len(records)} "
+             f"records, e.g. {next(iter(records))}): are they for these topics? Every turn's statements are ranked "
+             "against its utterance, with no statement used first")
+    elif lacking:
+        warn(f"{len(lacking)} of the {len(turns)} topic turn(s) have no reformulation, so their statements are ranked "
+             f"against the utterance, with no statement used first: {', '.join(lacking[:10])}"
+             f"{' ...' if len(lacking) > 10 else ''}")
+
+
 def rank_statements(
     turns: Sequence[Turn], records: Mapping[str, ReformulationRecord], similarity: SimilaritySpec
 ) -> PtkbRanking:
     """The ``apcir`` ranking of every turn's statements (see the module docstring)."""
     _warn_empty(turns)
+    _warn_uncovered(turns, records)
     with_profile = [t for t in turns if t.ptkb]
     items = [(personalised_rewrite(t, records.get(t.turn_id)), list(t.ptkb.values())) for t in with_profile]
     similarities = similarity.similarity(items) if items else []

@@ -80,6 +80,33 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def resolve_device(device: str | None) -> str:
+    """The torch device a model runs on: ``device`` when this machine has it, else :func:`default_device`.
+
+    The one check of a ``--device`` / ``device =`` value for every local model (retrieval encoders, re-rankers,
+    the PTKB encoder): a name torch does not know (``banana``) or a GPU this machine lacks (``cuda:7`` without
+    CUDA, or with fewer GPUs) is an :class:`ApcirError`, before any model is loaded.
+    """
+    if device is None or not str(device).strip():
+        return default_device()
+    import torch
+
+    name = str(device).strip()
+    try:
+        parsed = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise ApcirError(f"device {name!r} is not a torch device: expected cpu, cuda, cuda:N or mps") from None
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ApcirError(f"device {name!r}: this machine has no CUDA GPU that torch can use; use cpu")
+        if parsed.index is not None and parsed.index >= count:
+            raise ApcirError(f"device {name!r}: this machine has {count} CUDA GPU(s), cuda:0 to cuda:{count - 1}")
+    elif parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise ApcirError(f"device {name!r}: Apple's MPS is not available on this machine; use cpu")
+    return name
+
+
 class TextEncoder:
     """What every retrieval encoder shares: its name, the paper's length budgets and how a query becomes text.
 
@@ -114,7 +141,7 @@ class TextEncoder:
         self.response_max_length = response_max_length
         self.doc_max_length = doc_max_length
         self.batch_size = batch_size
-        self.device = device or default_device()
+        self.device = resolve_device(device)
 
     # ---- text preparation -------------------------------------------------------------------
     def truncate(self, text: str, max_tokens: int) -> str:
