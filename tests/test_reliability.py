@@ -280,6 +280,19 @@ def test_weights_without_levels(run_cli, fusion_files):
     one_line_error(code, err, "no levels")
 
 
+@pytest.mark.parametrize(("extra", "expected"), [
+    ({"levels": {lv: {"weights": [0.4, 0.3, 0.3]} for lv in "abz"}}, "level(s) 'z' are not personalisation levels"),
+    ({"version": 99}, "version 99 is newer than this apcir reads (1)"),
+])
+def test_weights_of_unknown_levels_or_a_newer_version(run_cli, fusion_files, extra, expected):
+    tmp, paths = fusion_files
+    path = weights_file(tmp, {lv: {"weights": [0.4, 0.3, 0.3]} for lv in "abc"})
+    path.write_text(json.dumps({**json.loads(path.read_text()), **extra}))
+    code, _, err = run_cli("fuse", "--runs", *paths, "--levels", str(tmp / "levels.tsv"), "--weights", str(path),
+                           "--out", str(tmp / "f.run"))
+    one_line_error(code, err, expected)
+
+
 # ---- 6. validate, in both directions ---------------------------------------------------------------
 @pytest.fixture(scope="module")
 def submission(tmp_path_factory):
@@ -371,6 +384,11 @@ def test_export_names_what_it_leaves_out(run_cli, tmp_path):
     code, _, err = run_cli("export", str(run), "--topics", "ikat23-test", "--run-type", "semi-automatic",
                            "--out", str(tmp_path / "s2.json"))
     one_line_error(code, err, "--run-type 'semi-automatic'")
+    write_run({"99-9_9": dict.fromkeys(passages, 1.0)}, run)
+    code, _, err = run_cli("export", str(run), "--topics", "ikat23-test", "--collection", "ikat23-provenance",
+                           "--out", str(tmp_path / "s3.json"))
+    one_line_error(code, err, "none of the run's 1 turn(s) is a turn of the topics")
+    assert not (tmp_path / "s3.json").exists()
 
 
 # ---- 8. LLM faults ----------------------------------------------------------------------------------
@@ -707,7 +725,7 @@ def test_an_internal_error_under_run_is_logged_in_the_run_directory(run_cli, mon
     monkeypatch.setattr(pipeline, "_run", broken)
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
     config = tmp_path / "exp.toml"
-    config.write_text(f'name = "crash"\noutput_dir = "{tmp_path / "run"}"\n')
+    config.write_text(f'name = "crash"\noutput_dir = "{tmp_path / "run"}"\n[evaluation]\nqrels = "ikat23-test"\n')
     code, _, err = run_cli("run", str(config), "--no-progress")
     one_line_error(code, err, "internal error (RuntimeError: a stage apcir did not expect to fail)", status=3)
     log = tmp_path / "run" / "error.log"
@@ -722,8 +740,10 @@ def test_an_internal_error_under_run_is_logged_in_the_run_directory(run_cli, mon
         (".toml", "[retrieval]\nk = true\n", "retrieval.k: Input should be a valid integer"),
         (".toml", "[fusion]\nbaselines = \"yes\"\n", "fusion.baselines"),
         (".toml", "turns = []\n", "turns: is empty, which would select no turn"),
+        (".toml", "[fusion.weights]\nsource = \"cv\"\n", "fusion.weights.source = 'cv' needs evaluation.qrels"),
         (".toml", "[fusion.weights]\nseed = -1\n", "fusion.weights.seed: Input should be greater than or equal to 0"),
         (".toml", "[reformulator]\ntemperature = nan\n", "reformulator.temperature: Input should be a finite number"),
+        (".toml", "[rerank]\nreranker = \"monot5\"\ndevice = \"banana\"\n", "rerank.device: device 'banana'"),
         (".yaml", "name: demo2\nretrieval:\n  k: 100\n  k: 7\n", "key 'k' is given twice"),
         (".yaml", "name: demo2\nretrieval:\n\tk: 100\n", "malformed config: found character '\\t'"),
         (".yaml", "name: demo2\nturns: [1\n", "malformed config:"),

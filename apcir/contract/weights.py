@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, ValidationError
 
 from apcir.console import warn
+from apcir.contract.reformulations import LEVELS
 from apcir.errors import ApcirError
 from apcir.io import read_json, write_text
 
@@ -47,10 +48,13 @@ class TunedOn(BaseModel):
     )
 
 
+WEIGHTS_VERSION = 1
+
+
 class WeightsFile(BaseModel):
     """Contents of ``weights.json``."""
 
-    version: int = 1
+    version: int = WEIGHTS_VERSION
     step: float
     divisions: int = Field(description="N = 1/step; every weight is i/N")
     objective: list[str]
@@ -93,6 +97,11 @@ def weight_problems(weights: WeightsFile) -> tuple[list[str], list[str]]:
     warnings: list[str] = []
     if not weights.levels:
         return ["no levels: expected weight vectors for levels a, b and c"], []
+    unknown = sorted(set(weights.levels) - set(LEVELS))
+    if unknown:
+        errors.append(f"level(s) {', '.join(map(repr, unknown))} are not personalisation levels ({', '.join(LEVELS)})")
+    if weights.version > WEIGHTS_VERSION:
+        errors.append(f"version {weights.version} is newer than this apcir reads ({WEIGHTS_VERSION}); upgrade apcir")
     vectors = dict(weights.levels)
     if weights.all_turns is not None:
         vectors["all_turns"] = weights.all_turns

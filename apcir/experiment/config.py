@@ -8,7 +8,9 @@ several as ``[[rerank]]``), ``[respond]``, ``[evaluation]`` (with
 ``[evaluation.judge]``) and ``[export]``. The export format defaults to the
 topics' year's, and a format of another year is refused here, before any work.
 Every field has a default that runs the embedded demo offline, so the
-smallest config is a name. Relative paths are resolved against the working
+smallest config is a name and ``[evaluation] qrels`` (cross-validated weights,
+the default, tune on them; with ``[fusion.weights] source = "file"`` a name
+alone will do). Relative paths are resolved against the working
 directory of ``apcir run``. The resolved config is saved into the run
 directory, and each stage records a fingerprint of the parts of it that it
 depends on, so a re-run redoes only stages whose inputs changed.
@@ -83,6 +85,20 @@ class ExperimentConfig(BaseModel):
             raise ValueError(f"two [[rerank]] entries are both called {repeated[0]!r}: give one a `name`")
         if sum(r.submit for r in self.rerank) > 1:
             raise ValueError("only one [[rerank]] entry can set submit = true")
+        for entry in self.rerank:
+            if entry.device:
+                from apcir.retrieval.encoder import resolve_device
+
+                try:
+                    resolve_device(entry.device)  # now, rather than after the stages before re-ranking have run
+                except ApcirError as exc:
+                    raise ValueError(f"rerank.device: {exc}") from None
+        return self
+
+    @model_validator(mode="after")
+    def _cv_has_qrels(self) -> ExperimentConfig:
+        if self.fusion.weights.source == "cv" and self.evaluation.qrels is None:
+            raise ValueError("fusion.weights.source = 'cv' needs evaluation.qrels (cross-validation tunes on them)")
         return self
 
     @model_validator(mode="after")

@@ -57,6 +57,9 @@ def check_inputs(inputs: SubmissionInputs, fmt: str, *, allow_missing_text: bool
                          f"({', '.join(spec.run_types)})")
     known = {t.turn_id for t in inputs.turns}
     outside = sorted(set(inputs.run) - known)
+    if inputs.run and len(outside) == len(inputs.run):
+        raise ApcirError(f"none of the run's {len(inputs.run)} turn(s) is a turn of the topics ({len(known)} turns, "
+                         f"e.g. run turn {outside[0]}): is this the run of these topics?")
     if outside:
         warn(f"{len(outside)} turn(s) of the run are not in the topics and are not exported: {_shown(outside)}")
     if not inputs.reformulations:

@@ -235,11 +235,10 @@ def conversation_folds(turns: Sequence[str], k: int, seed: int = 0) -> list[list
     """Conversations split into ``k`` folds, shuffled deterministically by ``seed``."""
     conversations = sorted({split_turn_id(t)[0] for t in turns})
     if k < 2:
-        raise ApcirError(f"--cv needs at least 2 folds, got {k}")
+        raise ApcirError(f"cross-validation needs at least 2 folds (--cv, folds), got {k}")
     if k > len(conversations):
-        raise ApcirError(
-            f"--cv {k}: only {len(conversations)} conversations to split by conversation"
-        )
+        raise ApcirError(f"cannot make {k} cross-validation folds (--cv, folds): the turns come from only "
+                         f"{len(conversations)} conversation(s), and folds are split by conversation")
     order = np.random.default_rng(seed).permutation(len(conversations))
     folds: list[list[str]] = [[] for _ in range(k)]
     for position, index in enumerate(order):
