@@ -128,7 +128,7 @@ def test_the_command_with_a_judge_that_answers_no_json(run_cli, tmp_path):
                                  "--judge", "judge-x", "--base-url", server.url, "--cache-dir", str(tmp_path / "c"),
                                  "--retry-delay", "0.001", "--out", str(tmp_path / "m.json"))
         assert server.count == 4, "one request and one repair per turn"
-    assert code == 0 and "Traceback" not in err
+    assert code == 1 and "Traceback" not in err, "unjudged turns are failed turns"
     text = " ".join(out.split())
     assert "judge: 2 turn(s) unjudged" in text and "judge judge-x: 0 turns judged, 2 unjudged" in text
     saved = json.loads((tmp_path / "m.json").read_text())

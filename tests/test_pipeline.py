@@ -228,3 +228,32 @@ def test_an_llm_responder_one_request_per_turn_and_none_on_a_rerun(small):
         assert [p["used"] for p in response["passage_provenance"][:3]] == [True, True, False]
     report = (cfg.run_dir / "report" / "report.md").read_text()
     assert "## Responses" in report and "## PTKB statement ranking" in report
+
+
+def test_a_failing_judge_leaves_the_evaluation_unfinished_and_the_next_run_asks_it_again(small):
+    _, _, _, chosen = small
+    judge_down = {"down": True}
+
+    def reply(body):
+        if "You grade the answer" in body["messages"][0]["content"] and judge_down["down"]:
+            return Reply(status=500)
+        return None
+
+    with FakeOpenAI(content=respond_or_reformulate, reply=reply) as server:
+        base = config(small, server, name="judge-down").model_dump()
+        base["evaluation"]["judge"] = {"model": "judge-test", "base_url": server.url, "max_retries": 0,
+                                       "cache_dir": base["reformulator"]["cache_dir"]}
+        cfg = ExperimentConfig.model_validate(base)
+        first = run_experiment(cfg, progress=False)
+        judged = [t.turn_id for t in datasets.topics("ikat23-test") if t.turn_id in chosen and t.response.strip()]
+        assert sorted(first.unjudged_turns) == sorted(judged) and first.failed_turns == []
+        assert first.metrics is not None and first.metrics.responses is not None
+        assert any("HTTP 500" in note for note in first.metrics.responses.notes), "the real cause is given"
+        judge_down["down"] = False
+        before = server.count
+        again = run_experiment(cfg, progress=False)
+        assert again.unjudged_turns == [] and server.count - before == len(judged), "only the judge is asked again"
+        settled = run_experiment(cfg, progress=False)
+        assert settled.llm_requests == 0 and all(not o.ran for o in settled.outcomes)
+    assert again.metrics is not None and again.metrics.responses is not None
+    assert again.metrics.responses.measures["judge"] == 0.5

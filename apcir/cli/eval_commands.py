@@ -168,6 +168,7 @@ def evaluate_responses_command(
         write_text(out, metrics.model_dump_json(indent=1))
     if as_json:
         print_json(metrics.model_dump(mode="json"))
+        _fail_if_unjudged(metrics)
         return
     console.print(response_table(metrics))
     for note in metrics.notes:
@@ -178,6 +179,13 @@ def evaluate_responses_command(
                       f"{j.cache_hits} from the cache", highlight=False)
     if out is not None:
         console.print(f"every number, per turn too: {out}", highlight=False)
+    _fail_if_unjudged(metrics)
+
+
+def _fail_if_unjudged(metrics: ResponseMetrics) -> None:
+    """Exit 1 when the judge left turns unscored (as failed turns do); a re-run asks the judge again for them."""
+    if metrics.judge is not None and metrics.judge.unjudged:
+        raise typer.Exit(1)
 
 
 def response_table(metrics: ResponseMetrics) -> Table:

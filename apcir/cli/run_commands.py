@@ -107,7 +107,14 @@ def run_command(
             "the next run asks them again",
             highlight=False,
         )
-    if report.failed_turns or report.failed_windows:
+    if report.unjudged_turns:
+        console.print(
+            f"[yellow]{len(report.unjudged_turns)} turn(s) unjudged[/] by the response judge "
+            f"({', '.join(report.unjudged_turns[:5])}{', ...' if len(report.unjudged_turns) > 5 else ''}; the reasons "
+            "are in metrics.json); the next run asks them again",
+            highlight=False,
+        )
+    if report.failed_turns or report.failed_windows or report.unjudged_turns:
         raise typer.Exit(1)
 
 

@@ -135,8 +135,10 @@ def evaluate_responses(
                          repairs=sum(u.repairs for u in usage), cost_usd=sum(costs) if costs else None,
                          aspects={t: j.aspects for t, j in sorted(run.judgements.items())})
         if run.unjudged:
-            notes.append(f"judge: {len(run.unjudged)} turn(s) unjudged (the judge's answer was unusable after one "
-                         f"repair; not scored): {', '.join(sorted(run.unjudged)[:10])}")
+            first = sorted(run.unjudged)[0]
+            notes.append(f"judge: {len(run.unjudged)} turn(s) unjudged (not scored; the request failed, or the answer "
+                         f"was unusable after one repair): {', '.join(sorted(run.unjudged)[:10])}; "
+                         f"{first}: {run.unjudged[first][:200]}")
     measures, turn_counts = _means(per_turn.values())
     per_level: dict[str, dict[str, float]] = {}
     level_turns: dict[str, dict[str, int]] = {}

@@ -126,6 +126,8 @@ class RunReport:
     failed_turns: list[str] = field(default_factory=list)
     failed_windows: list[str] = field(default_factory=list)
     """Re-ranking requests whose answer could not be used (``turn#window``); asked again by the next run."""
+    unjudged_turns: list[str] = field(default_factory=list)
+    """Turns the response judge could not score (request failed, or answer unusable); asked again by the next run."""
     metrics: RunMetrics | None = None
     submission_problems: list[str] = field(default_factory=list)
 
@@ -648,6 +650,11 @@ class Experiment:
         self.stage("evaluate", inputs, [self.run_dir / "metrics.json"], work)
         if self.report.metrics is None:
             self.report.metrics = read_metrics(self.run_dir)
+        judged = self.report.metrics.responses.judge if self.report.metrics.responses is not None else None
+        if judged is not None and judged.unjudged:
+            # Left unfinished: the next run asks the judge again (answers it already gave come from the cache).
+            self.ledger.mark_unfinished("evaluate")
+            self.report.unjudged_turns.extend(sorted(judged.unjudged))
 
 
 def reranker_infos(entries: list[RerankSettings]) -> dict[str, RerankerInfo]:
