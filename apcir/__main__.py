@@ -1,3 +1,3 @@
-from apcir.cli.main import main
+from apcir.cli import main
 
 main()

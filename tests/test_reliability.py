@@ -767,3 +767,58 @@ def test_a_config_is_taken_literally(run_cli, tmp_path, suffix, body, expected):
 def test_a_negative_seed_is_a_usage_error(run_cli, args):
     code, _, err = run_cli(*args)
     one_line_error(code, err, "--seed")
+
+
+# ---- Ctrl-C ------------------------------------------------------------------------------------------
+def _ctrl_c_as_in_a_terminal() -> None:
+    """A job started in the background of a non-interactive shell (as CI may start this suite) ignores SIGINT, and
+    its children inherit that; give the child the default action a terminal's foreground command has."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_ctrl_c_mid_command_is_exit_130_with_one_line(tmp_path, ten):
+    import signal
+
+    with FakeOpenAI(delay=0.5) as server:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENAI_API_KEY": "sk-test"}
+        command = [sys.executable, "-m", "apcir", *reformulate_args(server, tmp_path, ten, "--concurrency", "1")]
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                preexec_fn=_ctrl_c_as_in_a_terminal)
+        deadline = time.monotonic() + 60
+        while server.count < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted; finished work is on disk" in err
+
+
+def test_ctrl_c_while_the_commands_load_is_quiet():
+    code = (  # Ctrl-C arrives while `apcir` imports its commands
+        "import builtins, os, signal, time\nimport apcir.cli\nreal = builtins.__import__\n"
+        "def slow(name, *args, **kwargs):\n"
+        "    if name == 'apcir.cli.main':\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "        time.sleep(10)\n"
+        "    return real(name, *args, **kwargs)\n"
+        "builtins.__import__ = slow\napcir.cli.main(['datasets'])\nprint('not interrupted')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=_ctrl_c_as_in_a_terminal)
+    assert done.returncode == 130 and done.stderr == "interrupted\n" and "not interrupted" not in done.stdout
+
+
+def test_a_ctrl_c_swallowed_by_a_finalizer_is_delivered_again(monkeypatch):
+    from apcir.cli.main import _redeliver_interrupts
+
+    class Finalised:
+        def __del__(self) -> None:
+            raise KeyboardInterrupt  # as when Ctrl-C arrives while a finalizer runs
+
+    monkeypatch.setattr(sys, "unraisablehook", _redeliver_interrupts)
+    with pytest.raises(KeyboardInterrupt):
+        Finalised()  # dropped at once: Python discards its KeyboardInterrupt, the hook delivers it again
+        for _ in range(200):
+            time.sleep(0.005)

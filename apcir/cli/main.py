@@ -8,11 +8,13 @@ line says where the traceback was written); 130 interrupted.
 
 from __future__ import annotations
 
+import _thread
 import importlib
 import pkgutil
 import sys
+import threading
 import traceback
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 from rich.markup import escape
@@ -100,26 +102,49 @@ def _crash(exc: BaseException) -> int:
     return INTERNAL_ERROR
 
 
+def _redeliver_interrupts(unraisable: Any) -> None:
+    """A Ctrl-C that lands in a finalizer (``__del__``) is discarded by Python, and the command would run on:
+    deliver it again, to wherever the main thread is next, so that it stops the command."""
+    if issubclass(unraisable.exc_type, KeyboardInterrupt):
+        # Shortly, from another thread: raised now it would land in this hook's own (discarded) context again.
+        timer = threading.Timer(0.05, _thread.interrupt_main)
+        timer.daemon = True
+        timer.start()
+        return
+    sys.__unraisablehook__(unraisable)
+
+
+def _interrupted() -> NoReturn:
+    err_console.print("interrupted; finished work is on disk and a re-run resumes from it")
+    sys.exit(INTERRUPTED)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; see the module docstring for what each exit code means."""
+    sys.unraisablehook = _redeliver_interrupts
     try:
         code = app(args=argv, standalone_mode=False)
+        if code == INTERRUPTED:
+            _interrupted()  # typer turns a KeyboardInterrupt into Exit(130), and returns its code
         if isinstance(code, int) and code:
             sys.exit(code)
     except ApcirError as exc:
         _say(str(exc))
         sys.exit(USER_ERROR)
     except typer.Exit as exc:
+        if exc.exit_code == INTERRUPTED and isinstance(exc.__cause__, KeyboardInterrupt):
+            _interrupted()
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        err_console.print("interrupted; finished work is on disk and a re-run resumes from it")
-        sys.exit(INTERRUPTED)
+        _interrupted()
     except _USAGE as exc:
         if type(exc).__name__ == "NoArgsIsHelpError" or not str(exc.format_message()).strip():  # type: ignore[attr-defined]
             sys.exit(0)  # the help was shown: nothing else to say
         _say(_usage_line(exc))
         sys.exit(getattr(exc, "exit_code", USER_ERROR) or USER_ERROR)
-    except _ABORT:
+    except _ABORT as exc:
+        if isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt):
+            _interrupted()
         sys.exit(1)
     except UnicodeDecodeError as exc:
         _say(f"not UTF-8 text ({exc.reason} at byte {exc.start})")
