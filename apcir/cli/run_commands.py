@@ -94,12 +94,12 @@ def run_command(
         f"{reused} of {len(report.outcomes)} stages reused",
         highlight=False,
     )
-    console.print(
-        f"outputs in {report.run_dir}/: fused.run (TREC), responses.jsonl, ptkb.run, "
-        f"submission{experiment.export.suffix} (iKAT {experiment.export.format}), systems/*.run, metrics.json, "
-        "report/report.md",
-        highlight=False,
-    )
+    outputs = [("fused.run", "fused.run (TREC)"), ("responses.jsonl", "responses.jsonl"), ("ptkb.run", "ptkb.run"),
+               (f"submission{experiment.export.suffix}",
+                f"submission{experiment.export.suffix} (iKAT {experiment.export.format})"),
+               ("systems", "systems/*.run"), ("metrics.json", "metrics.json"), ("report/report.md", "report/report.md")]
+    console.print(f"outputs in {report.run_dir}/: "
+                  + ", ".join(label for name, label in outputs if (report.run_dir / name).exists()), highlight=False)
     if report.failed_windows:
         console.print(
             f"[yellow]{len(report.failed_windows)} re-ranking window(s) failed[/] and kept their order "

@@ -85,7 +85,7 @@ def resolve_api_key(api_key: str | None, base_url: str | None) -> str:
         return "no-key"
     raise ApcirError(
         "no API key: set OPENAI_API_KEY (or pass --base-url for a local server such as vLLM or Ollama); "
-        "the offline reformulators --llm manual and --llm heuristic need none"
+        "the offline choices need none (--llm heuristic or manual, --responder extractive, no judge)"
     )
 
 

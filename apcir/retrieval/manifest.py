@@ -76,7 +76,12 @@ class IndexManifest(BaseModel):
     apcir_version: str = ""
 
     def describe(self) -> str:
-        what = self.model if self.model else f"BM25 k1={self.bm25_k1} b={self.bm25_b}"
+        if self.model:
+            what = self.model
+        elif self.weights is not None:
+            what = f"precomputed {self.weights} vectors in the file's own vocabulary"
+        else:
+            what = f"BM25 k1={self.bm25_k1} b={self.bm25_b}"
         return f"{self.backend} index of {self.collection.name} ({self.passages} passages, {what})"
 
 
