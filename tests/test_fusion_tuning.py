@@ -63,7 +63,7 @@ def test_folds_are_by_conversation_and_deterministic():
     assert folds == conversation_folds(turns, 3, seed=1)
     assert sorted(c for f in folds for c in f) == sorted({t.split("_")[0] for t in turns})
     assert all(len(f) in (2, 3) for f in folds)  # 7 conversations over 3 folds
-    with pytest.raises(ApcirError, match="only 7 conversations"):
+    with pytest.raises(ApcirError, match=r"only 7 conversation\(s\)"):
         conversation_folds(turns, 8)
 
 

@@ -282,6 +282,8 @@ def test_weights_without_levels(run_cli, fusion_files):
 
 @pytest.mark.parametrize(("extra", "expected"), [
     ({"levels": {lv: {"weights": [0.4, 0.3, 0.3]} for lv in "abz"}}, "level(s) 'z' are not personalisation levels"),
+    ({"levels": {lv: {"weights": [True, False, False]} for lv in "abc"}}, "levels.a.weights.0: Input should be"),
+    ({"levels": {lv: {"weights": ["0.5", "0.3", "0.2"]} for lv in "abc"}}, "levels.a.weights.0: Input should be"),
     ({"version": 99}, "version 99 is newer than this apcir reads (1)"),
 ])
 def test_weights_of_unknown_levels_or_a_newer_version(run_cli, fusion_files, extra, expected):

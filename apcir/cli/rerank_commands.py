@@ -11,7 +11,6 @@ from rich.table import Table
 from apcir.cli.common import console, err_console, print_json, settings
 from apcir.contract.reformulations import LIST_NAMES
 from apcir.contract.runs import read_run_file, write_run
-from apcir.errors import ApcirError
 from apcir.io import check_writable
 from apcir.llm.settings import LLMSettings
 from apcir.rerank.registry import RERANKERS
@@ -82,10 +81,6 @@ def rerank_command(
     )
     check_writable(out, "run file")
     collection_file = collection_path(collection)
-    if queries.is_dir():
-        raise ApcirError("queries file is a directory, not a file", path=queries)
-    if not queries.exists():
-        raise ApcirError("queries file not found", path=queries)
     query_set = load_queries(queries, options.field if is_jsonl(queries) else field)
     for turn, reason in query_set.skipped.items():
         err_console.print(f"[yellow]warning:[/] turn {turn} has no query: {reason}", highlight=False)

@@ -131,7 +131,7 @@ def load_weights(path: str | Path) -> WeightsFile:
     path = Path(path)
     raw = read_json(path, "weights file")
     try:
-        weights = WeightsFile.model_validate(raw)
+        weights = WeightsFile.model_validate(raw, strict=True)  # true is not 1.0, "0.5" is not 0.5
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])

@@ -27,6 +27,8 @@ def load_queries(path: Path, field_name: str | None = None) -> QuerySet:
     In a reformulations file, ``rewrite`` is q' alone, ``rewrite_response`` q' + r',
     and ``third`` the third rewrite with its response (personalised for levels b/c).
     """
+    if path.is_dir():
+        raise ApcirError("queries file is a directory, not a file", path=path)
     if not path.is_file():
         raise ApcirError("queries file not found", path=path)
     if _is_jsonl(path):
