@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from apcir import datasets
-from apcir.cli.common import console, print_json, settings
+from apcir.cli.common import console, print_batch_summary, print_json, settings
 from apcir.errors import ApcirError
 from apcir.reformulate.options import ReformulatorOptions, parse_map
 from apcir.reformulate.prompt import PromptOptions, build_prompt, estimate_tokens
@@ -111,43 +111,8 @@ def reformulate_command(
 
 
 def print_summary(summary: ReformulateSummary) -> None:
-    table = Table(title=f"reformulate {summary.model} -> {summary.out}")
-    table.add_column("what")
-    table.add_column("count", justify="right")
-    rows = [
-        ("turns asked for", summary.turns),
-        ("already done (resumed)", summary.skipped),
-        ("written now: ok", summary.ok),
-        ("written now: failed", summary.failed),
-        ("answers from cache", summary.cache_hits),
-        ("requests sent", summary.requests),
-        ("  of which retries", summary.retries),
-        ("  of which repairs", summary.repairs),
-    ]
-    for name, value in rows:
-        table.add_row(name, str(value))
-    table.add_row("levels in the file (a/b/c)", "/".join(str(summary.levels.get(x, 0)) for x in "abc"))
-    table.add_row("seconds", f"{summary.seconds:.1f}")
-    console.print(table)
-    if summary.usage and any(u.requests for u in summary.usage):
-        usage = Table(title="usage")
-        for column in ("model", "requests", "input tokens", "output tokens", "mean latency s", "max latency s",
-                       "cost $"):
-            usage.add_column(column, justify="right" if column != "model" else "left")
-        for u in summary.usage:
-            usage.add_row(
-                u.model, str(u.requests), str(u.input_tokens), str(u.output_tokens), f"{u.mean_latency:.2f}",
-                f"{u.max_latency_seconds:.2f}", "unpriced" if u.cost_usd is None else f"{u.cost_usd:.4f}",
-            )
-        console.print(usage)
-    if summary.failed:
-        console.print(
-            f"[yellow]{summary.failed} turns failed[/] ({', '.join(summary.failed_turns[:10])}"
-            f"{', ...' if summary.failed > 10 else ''}); their records keep the error and raw answer; "
-            "re-run the same command to ask them again",
-            highlight=False,
-        )
-    console.print(f"summary: {summary.summary_path}", highlight=False)
+    levels = "/".join(str(summary.levels.get(x, 0)) for x in "abc")
+    print_batch_summary(summary, f"reformulate {summary.model}", [("levels in the file (a/b/c)", levels)])
 
 
 def prompt_command(

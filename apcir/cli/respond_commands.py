@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
 from apcir import datasets
-from apcir.cli.common import console, print_json, settings
+from apcir.cli.common import console, print_batch_summary, print_json, settings
 from apcir.contract.reformulations import load_reformulations
 from apcir.contract.runs import read_run_file
 from apcir.errors import ApcirError
@@ -126,31 +125,7 @@ def respond_command(
 
 
 def print_summary(summary: RespondSummary) -> None:
-    table = Table(title=f"respond {summary.responder} -> {summary.out}")
-    table.add_column("what")
-    table.add_column("count", justify="right")
-    for name, value in (
-        ("turns asked for", summary.turns), ("already done (resumed)", summary.skipped),
-        ("written now: ok", summary.ok), ("written now: failed", summary.failed),
-        ("answers from cache", summary.cache_hits), ("requests sent", summary.requests),
-        ("  of which retries", summary.retries), ("  of which repairs", summary.repairs),
-    ):
-        table.add_row(name, str(value))
-    table.add_row("seconds", f"{summary.seconds:.1f}")
-    console.print(table)
-    if summary.usage and any(u.requests for u in summary.usage):
-        usage = Table(title="usage")
-        for column in ("model", "requests", "input tokens", "output tokens", "cost $"):
-            usage.add_column(column, justify="right" if column != "model" else "left")
-        for u in summary.usage:
-            usage.add_row(u.model, str(u.requests), str(u.input_tokens), str(u.output_tokens),
-                          "unpriced" if u.cost_usd is None else f"{u.cost_usd:.4f}")
-        console.print(usage)
-    if summary.failed:
-        console.print(f"[yellow]{summary.failed} turns failed[/] ({', '.join(summary.failed_turns[:10])}"
-                      f"{', ...' if summary.failed > 10 else ''}); their records keep the error and raw answer; "
-                      "re-run the same command to ask them again", highlight=False)
-    console.print(f"summary: {summary.summary_path}", highlight=False)
+    print_batch_summary(summary, f"respond {summary.responder}")
 
 
 def register(app: typer.Typer) -> None:

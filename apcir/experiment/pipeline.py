@@ -405,7 +405,7 @@ class Experiment:
             if any(base == "manual" for base, _ in sources.values()):
                 inputs["manual"] = run_dir / "reformulations-manual.jsonl"
             if RERANKERS.get(settings.reranker).kind == "listwise":
-                from apcir.reformulate.chat import public_url
+                from apcir.llm.settings import public_url
 
                 inputs["llm"] = {"params": settings.llm.params(), "max_answer_bytes": settings.llm.max_answer_bytes,
                                  "base_url": public_url(settings.llm.resolved_base_url())}

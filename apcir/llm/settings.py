@@ -70,6 +70,16 @@ class LLMSettings(BaseModel):
             params["max_tokens"] = self.max_tokens
         return params
 
+    def client_snapshot(self, refresh: bool = False) -> dict[str, Any]:
+        """How the requests were made, for a stage's summary file (never the key; the URL without credentials)."""
+        cache = self.cache()
+        return {
+            "base_url": public_url(self.resolved_base_url()), "structured": self.structured,
+            "concurrency": self.concurrency, "temperature": self.temperature, "max_tokens": self.max_tokens,
+            "timeout": self.timeout, "max_retries": self.max_retries,
+            "cache_dir": None if cache is None else str(cache.directory), "refresh": refresh, "no_cache": self.no_cache,
+        }
+
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy(max_retries=self.max_retries, base_delay=self.retry_delay)
 
@@ -80,6 +90,19 @@ class LLMSettings(BaseModel):
 
     def price_table(self) -> dict[str, Price]:
         return load_prices(Path(self.prices) if self.prices else None)
+
+
+def public_url(url: str | None) -> str | None:
+    """``url`` without user info, query or fragment (where credentials could hide)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    if not url:
+        return url
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 def url_problem(url: str) -> str | None:

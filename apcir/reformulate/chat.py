@@ -14,24 +14,11 @@ from apcir.contract.reformulations import ReformulationOutput, ReformulationReco
 from apcir.llm.accounting import Accounting
 from apcir.llm.cache import cache_key
 from apcir.llm.jobs import Answer, Ask, ask_all
-from apcir.llm.settings import LLMSettings
+from apcir.llm.settings import LLMSettings, public_url
 from apcir.reformulate.options import ReformulatorOptions
 from apcir.reformulate.prompt import Prompt, build_prompt, output_schema, parse_answer, repair_messages
 
 SCHEMA_NAME = "apcir_reformulation"
-
-
-def public_url(url: str | None) -> str | None:
-    """``url`` without user info, query or fragment (where credentials could hide)."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    if not url:
-        return url
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 def identity(turns: Sequence[Turn], options: ReformulatorOptions) -> dict[str, Any]:

@@ -58,7 +58,7 @@ def _extractive_identity(settings: RespondSettings) -> dict[str, Any]:
 
 def _llm_identity(settings: RespondSettings) -> dict[str, Any]:
     """What is sent: the prompt code, the model and the generation parameters (the cache key's parts)."""
-    from apcir.reformulate.chat import public_url
+    from apcir.llm.settings import public_url
 
     return {"code": _code("prompt.py", "chat.py", "job.py", "text.py"), "params": settings.params(),
             "structured": settings.structured, "base_url": public_url(settings.resolved_base_url()),

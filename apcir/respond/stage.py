@@ -23,43 +23,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
-
-from apcir.console import progress as progress_bar
 from apcir.contract.responses import ResponseRecord
-from apcir.errors import ApcirError
 from apcir.io import RecordAppender, exclusive, read_record_log, write_json
-from apcir.llm.accounting import ModelUsage
+from apcir.llm.accounting import Accounting
+from apcir.llm.batch import BatchSummary, appending, batch_counts, summary_path_for
 from apcir.respond.job import ResponseJob
 from apcir.respond.registry import accounting_for, responder_for
 from apcir.respond.settings import RespondSettings
 
 
-class RespondSummary(BaseModel):
-    """What one :func:`respond` call did (also saved beside the output)."""
+class RespondSummary(BatchSummary):
+    """What one :func:`respond` call did (also saved beside the output); ``skipped``: ok for the same passages."""
 
     responder: str
-    out: str
-    summary_path: str
-    turns: int = Field(description="turns asked for")
-    skipped: int = Field(default=0, description="turns already ok in the output for the same passages (resumed)")
-    written: int = 0
-    ok: int = 0
-    failed: int = 0
-    failed_turns: list[str] = Field(default_factory=list)
-    requests: int = Field(default=0, description="HTTP requests actually sent (retries and repairs included)")
-    cache_hits: int = 0
-    retries: int = 0
-    repairs: int = 0
-    seconds: float = 0.0
-    usage: list[ModelUsage] = Field(default_factory=list)
-    cost_usd: float | None = None
-    structured: str | None = None
-    config: dict[str, Any] = Field(default_factory=dict)
-
-
-def summary_path_for(out: Path) -> Path:
-    return out.with_name(f"{out.stem}.summary.json")
 
 
 def stage_identity(settings: RespondSettings) -> dict[str, Any]:
@@ -110,13 +86,7 @@ def _respond(jobs: list[ResponseJob], settings: RespondSettings, out: Path, *, r
     accounting = accounting_for(settings)
     config = _config_snapshot(settings, spec.offline, refresh)
     final_mode: str | None = None
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        handle = out.open("a", encoding="utf-8")
-    except OSError as exc:
-        raise ApcirError(f"cannot write the responses: {exc.strerror}", path=out) from None
-    with handle, progress_bar(f"respond {settings.responder}", len(pending), enabled=progress) as advance:
-        writer: RecordAppender[ResponseRecord] = RecordAppender(handle, advance)
+    with appending(out, "responses", f"respond {settings.responder}", len(pending), progress) as writer:
         try:
             if pending:
                 final_mode = spec.produce(pending, settings, writer, accounting=accounting, refresh=refresh)
@@ -136,42 +106,16 @@ def _config_snapshot(settings: RespondSettings, offline: bool, refresh: bool) ->
     if offline:
         config["max_sentences"] = settings.max_sentences
     else:
-        from apcir.reformulate.chat import public_url
-
-        cache = settings.cache()
-        config.update(
-            base_url=public_url(settings.resolved_base_url()), structured=settings.structured,
-            concurrency=settings.concurrency, temperature=settings.temperature, max_tokens=settings.max_tokens,
-            timeout=settings.timeout, max_retries=settings.max_retries,
-            cache_dir=None if cache is None else str(cache.directory), refresh=refresh, no_cache=settings.no_cache,
-        )
+        config.update(settings.client_snapshot(refresh))
     return config
 
 
-def _summary(out: Path, settings: RespondSettings, jobs: list[ResponseJob], done: set[str], writer: RecordAppender[ResponseRecord],
-             accounting: Any, config: dict[str, Any], started: float, final_mode: str | None) -> RespondSummary:
-    usage = accounting.summary()
-    costs = [u.cost_usd for u in usage if u.cost_usd is not None]
-    written_failed = [r.turn_id for r in writer.records if r.status == "failed"]
+def _summary(out: Path, settings: RespondSettings, jobs: list[ResponseJob], done: set[str],
+             writer: RecordAppender[ResponseRecord], accounting: Accounting, config: dict[str, Any], started: float,
+             final_mode: str | None) -> RespondSummary:
     summary = RespondSummary(
-        responder=settings.responder,
-        out=str(out),
-        summary_path=str(summary_path_for(out)),
-        turns=len(jobs),
-        skipped=len(done),
-        written=len(writer.records),
-        ok=len(writer.records) - len(written_failed),
-        failed=len(written_failed),
-        failed_turns=written_failed,
-        requests=sum(u.requests for u in usage),
-        cache_hits=sum(u.cache_hits for u in usage),
-        retries=sum(u.retries for u in usage),
-        repairs=sum(u.repairs for u in usage),
-        seconds=round(time.perf_counter() - started, 3),
-        usage=usage,
-        cost_usd=sum(costs) if costs else None,
-        structured=final_mode,
-        config=config,
+        responder=settings.responder, out=str(out), summary_path=str(summary_path_for(out)), turns=len(jobs),
+        skipped=len(done), structured=final_mode, config=config, **batch_counts(writer, accounting, started),
     )
     write_json(summary_path_for(out), summary.model_dump(), indent=2)
     return summary
