@@ -20,7 +20,9 @@ _crash_dir: Path | None = None
 
 
 class ApcirError(Exception):
-    """An error caused by input the user can fix."""
+    """An error caused by input the user can fix (exit status ``exit_code``: 2, a user error)."""
+
+    exit_code = 2
 
     def __init__(self, message: str, *, path: str | Path | None = None, line: int | None = None):
         self.path = str(path) if path is not None else None
@@ -44,3 +46,10 @@ def crash_log_path() -> Path:
         return _crash_dir / "error.log"
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return Path(tempfile.gettempdir()) / "apcir-errors" / f"{stamp}-{os.getpid()}.log"
+
+
+class StaleOutput(ApcirError):
+    """A resumable output whose records were made with other settings: the command stops (exit 1) rather than
+    mix them; ``--refresh`` redoes them."""
+
+    exit_code = 1

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, Generic, Literal, TypeVar
@@ -94,28 +95,73 @@ def iter_lines(path: Path, what: str = "file") -> Iterator[tuple[int, str]]:
 
 
 def read_json(path: Path, what: str = "file") -> Any:
-    """Parse a JSON file; a syntax error names the file, line and column."""
-    text = read_text(path, what)
+    """Parse a JSON file; a syntax error names the file, line and column, a lone surrogate its field."""
+    return json_loads(read_text(path, what), path)
+
+
+def json_loads(text: str | bytes, path: Path | str, line: int | None = None) -> Any:
+    """``json.loads`` for input files: every way it can fail, and text that is not Unicode, is an
+    :class:`ApcirError` naming the file and line (the one JSON parser of apcir's readers)."""
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ApcirError(f"malformed JSON: {exc.msg} (column {exc.colno})", path=path, line=exc.lineno) from None
+        raise ApcirError(f"malformed JSON: {exc.msg} (column {exc.colno})", path=path,
+                         line=exc.lineno if line is None else line) from None
     except RecursionError:
-        raise ApcirError("malformed JSON: nested too deeply", path=path) from None
+        raise ApcirError("malformed JSON: nested too deeply", path=path, line=line) from None
     except ValueError as exc:  # e.g. an integer literal longer than Python converts
-        raise ApcirError(f"malformed JSON: {exc}", path=path) from None
+        raise ApcirError(f"malformed JSON: {exc}", path=path, line=line) from None
+    check_unicode(value, path, line, text)
+    return value
+
+
+# A \uD800-\uDFFF escape: JSON allows it, but alone (not as a pair) it is no character and cannot be written.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def check_unicode(value: Any, path: Path | str, line: int | None = None, text: str | bytes | None = None) -> None:
+    """Refuse a parsed value holding a lone surrogate (``"\\ud83d"``: valid JSON or YAML, not valid text).
+
+    ``text``, the source, makes the common case free: without a surrogate escape in it there is
+    nothing to look for. The error names the field and the character."""
+    if text is not None:
+        raw = text if isinstance(text, str) else text.decode("utf-8", "replace")
+        if "\\" not in raw or not _SURROGATE_ESCAPE.search(raw):
+            return
+    found = _lone_surrogate(value, "")
+    if found is not None:
+        field, char = found
+        where = f"field {field}" if field else "the value"
+        raise ApcirError(f"{where} holds a lone surrogate (\\u{ord(char):04x}): valid JSON, but not a Unicode "
+                         "character, so it cannot be written as UTF-8; fix the escape (a pair, or the character "
+                         "itself)", path=path, line=line)
+
+
+def _lone_surrogate(value: Any, where: str) -> tuple[str, str] | None:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return where, value[exc.start]
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            name = f"{where}.{key}" if where else str(key)
+            if (found := _lone_surrogate(key, name)) is not None:
+                return (name if where else repr(key)), found[1]
+            if (found := _lone_surrogate(item, name)) is not None:
+                return found
+        return None
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            if (found := _lone_surrogate(item, f"{where}[{index}]")) is not None:
+                return found
+    return None
 
 
 def parse_json_line(text: str, path: Path, number: int) -> dict[str, Any]:
     """One JSONL line as an object; anything else is an error naming the file and line."""
-    try:
-        record = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ApcirError(f"malformed JSON: {exc.msg} (column {exc.colno})", path=path, line=number) from None
-    except RecursionError:
-        raise ApcirError("malformed JSON: nested too deeply", path=path, line=number) from None
-    except ValueError as exc:  # e.g. an integer literal longer than Python converts
-        raise ApcirError(f"malformed JSON: {exc}", path=path, line=number) from None
+    record = json_loads(text, path, number)
     if not isinstance(record, dict):
         raise ApcirError(f"expected a JSON object, found {type(record).__name__}", path=path, line=number)
     return record
@@ -150,7 +196,9 @@ def atomic_write(path: Path, mode: Literal["w", "wb"] = "w") -> Iterator[IO[Any]
         return
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        remove_stale_temporaries(target.parent, target.name)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.{_TEMP_MARK}{os.getpid()}.", suffix=".tmp",
+                                   dir=target.parent)
     except OSError as exc:
         raise ApcirError(f"cannot write here: {_os_problem(exc)}", path=target) from None
     try:
@@ -187,6 +235,31 @@ def _current_umask() -> int:
 _UMASK = _current_umask()
 
 
+_TEMP_MARK = "apcir-"
+_TEMP_NAME = re.compile(r"^\.(?P<name>.+?)\.(?:apcir-(?P<pid>\d+)\.)?[A-Za-z0-9_]{8}\.tmp$")
+
+
+def remove_stale_temporaries(folder: Path, name: str | None = None, recursive: bool = False) -> list[Path]:
+    """Remove the temporary files that a killed apcir left (``.NAME.apcir-PID.XXXXXXXX.tmp``, whose process is
+    gone; the form before the pid was recorded, ``.NAME.XXXXXXXX.tmp``, too). ``name``: only those of that
+    target. Files of a live process, and files apcir does not own, are left alone. Returns what was removed."""
+    removed: list[Path] = []
+    try:
+        candidates = Path(folder).rglob(".*.tmp") if recursive else Path(folder).glob(".*.tmp")
+        for path in candidates:
+            match = _TEMP_NAME.match(path.name)
+            if match is None or (name is not None and match["name"] != name) or not path.is_file():
+                continue
+            pid = match["pid"]
+            if pid is not None and (int(pid) == os.getpid() or _alive(int(pid))):
+                continue
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    except OSError:
+        pass  # best effort: a folder that cannot be listed or a file that cannot go is not this write's problem
+    return removed
+
+
 def check_writable(path: Path, what: str = "output") -> Path:
     """Fail early (before any long work) when ``path`` cannot be written: a directory, or an unwritable folder."""
     target = Path(path).expanduser()
@@ -202,6 +275,78 @@ def check_writable(path: Path, what: str = "output") -> Path:
     if target.exists() and not os.access(target, os.W_OK) and not os.access(folder, os.W_OK):
         raise ApcirError(f"cannot replace the {what}: permission denied", path=target)
     return target
+
+
+PathLike = Path | str | None
+
+
+def _resolved(path: PathLike) -> Path | None:
+    """An existing input's real path (symlinks and ``..`` resolved), else None (a dataset name, nothing there)."""
+    if path is None or str(path) == "":
+        return None
+    candidate = Path(path).expanduser()
+    try:
+        return candidate.resolve() if candidate.exists() else None
+    except (OSError, RuntimeError):  # a symlink loop
+        return None
+
+
+def _target(path: Path | str) -> Path:
+    try:
+        return Path(path).expanduser().resolve()
+    except (OSError, RuntimeError):
+        return Path(os.path.abspath(Path(path).expanduser()))
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a == b:
+        return True
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)  # hard links
+    except OSError:
+        return False
+
+
+def refuse_inputs_as_outputs(outputs: Iterable[PathLike], inputs: Iterable[PathLike] = (),
+                             folders: Iterable[PathLike] = ()) -> None:
+    """The one check every writing command makes before any work: no output may be one of its inputs.
+
+    An output is refused when it resolves (symlinks, ``..`` and hard links included) to an input file, or
+    lies inside (or is) a folder the command reads or that an index it reads depends on (``folders``: an
+    index directory, a run directory). Inputs that do not exist (dataset names) are not files and are
+    skipped."""
+    files = [(p, r) for p in inputs if (r := _resolved(p)) is not None]
+    dirs = [(p, r) for p in folders if (r := _resolved(p)) is not None]
+    for out in outputs:
+        if out is None or str(out) == "":
+            continue
+        target = _target(out)
+        for given, real in files:
+            if real.is_dir():
+                dirs.append((given, real))
+                continue
+            if _same_file(target, real):
+                raise ApcirError(f"the output is an input of this command ({given}); writing it would destroy "
+                                 "that input: choose another output path", path=out)
+        for given, real in dirs:
+            if target == real or target.is_relative_to(real):
+                raise ApcirError(f"the output lies inside {given}, a folder this command reads; writing there "
+                                 "could destroy what it reads: choose a path outside it", path=out)
+
+
+def refuse_inputs_inside(folder: PathLike, inputs: Iterable[PathLike], what: str = "output folder") -> None:
+    """Refuse an output folder that is an input, or that holds an input file (a later overwrite or a file of
+    the same name would destroy it): for commands that write a whole folder (an index, a run directory)."""
+    if folder is None:
+        return
+    target = _target(folder)
+    for given in inputs:
+        real = _resolved(given)
+        if real is None:
+            continue
+        if target == real or real.is_relative_to(target) or (real.is_file() and target.is_relative_to(real)):
+            raise ApcirError(f"the {what} holds (or is) an input of this command ({given}); keep inputs outside "
+                             "the folders apcir writes", path=folder)
 
 
 def check_writable_dir(path: Path, what: str = "output folder") -> Path:
@@ -307,7 +452,8 @@ def read_record_log(path: Path, model: type[R], what: str) -> dict[str, R]:
 
     A torn last line left by a killed run is cut off, but only a torn *record*
     (one starting with ``{"turn_id"``): any other file given as the log by
-    mistake is an error and is left as it is.
+    mistake is an error and is left as it is. A last line that is a complete
+    record without its newline is kept, and the newline added.
     """
     if not path.exists():
         return {}
@@ -328,6 +474,15 @@ def read_record_log(path: Path, model: type[R], what: str) -> dict[str, R]:
                              path=path, line=number) from None
         records[getattr(record, "turn_id")] = record  # noqa: B009 - every log record has a turn id
     if torn:
+        try:
+            last = model.model_validate_json(torn)
+        except ValidationError:
+            last = None
+        if last is not None:  # a complete record that only lacks its newline (an editor, a copy): kept
+            records[getattr(last, "turn_id")] = last  # noqa: B009
+            with path.open("ab") as handle:
+                handle.write(b"\n")
+            return records
         if not torn.lstrip().startswith(b'{"turn_id"'):
             raise ApcirError(f"not a {what} JSONL file (its last line is not a record); use another --out",
                              path=path, line=complete.count(b"\n") + 1)

@@ -39,8 +39,9 @@ def turns():
 
 def options(llm="gpt-4o", **kwargs):
     """Options as a config or the command line would give them (a fast retry policy for the tests)."""
-    kwargs.setdefault("max_retries", 3)
-    kwargs.setdefault("retry_delay", 0.001)
+    if llm not in ("heuristic", "manual"):  # an offline reformulator refuses client settings it does not use
+        kwargs.setdefault("max_retries", 3)
+        kwargs.setdefault("retry_delay", 0.001)
     if "cache_dir" in kwargs:
         kwargs["cache_dir"] = str(kwargs["cache_dir"])
     return ReformulatorOptions(llm=llm, **kwargs)
@@ -190,10 +191,26 @@ def test_structured_output_falls_back_when_the_server_rejects_it(server, turns, 
         Reply(status=400, message="response_format json_schema is not supported by this model")
     )
     summary = run(server, turns[:3], tmp_path, concurrency=1)
-    assert summary.ok == 3 and summary.structured == "json_object"
+    assert summary.ok == 3 and summary.structured == "json_object_schema"
     assert server.requests[0]["response_format"]["type"] == "json_schema"
-    assert all(r["response_format"] == {"type": "json_object"} for r in server.requests[1:])
+    assert all(r["response_format"]["type"] == "json_object" and r["response_format"]["schema"]["properties"]
+               for r in server.requests[1:])
     assert server.count == 4
+
+
+def test_a_llama_cpp_style_500_about_response_format_steps_down_too(server, turns, tmp_path, capsys):
+    server.queue(
+        Reply(status=500, message="1 validation error: {'type': 'literal_error', 'loc': ('body', 'response_format', "
+                                  "'type'), 'msg': \"Input should be 'text' or 'json_object'\"}"),
+        Reply(status=400, message="response_format.schema is not supported"),
+    )
+    summary = run(server, turns[:2], tmp_path, concurrency=1)
+    assert summary.ok == 2 and summary.structured == "json_object"
+    assert [r["response_format"]["type"] for r in server.requests] == ["json_schema", "json_object", "json_object",
+                                                                        "json_object"]
+    assert "schema" not in server.requests[-1]["response_format"]
+    err = capsys.readouterr().err
+    assert "refused structured output 'json_schema'" in err and "'json_object_schema'" in err
 
 
 def test_structured_none_sends_no_response_format(server, turns, tmp_path):

@@ -73,11 +73,19 @@ def test_reformulations_jsonl_with_a_field_and_the_reranker_model_alias(files, t
     assert runs[0] != runs[1] != runs[2]  # three different queries
 
 
+def test_a_rankgpt_window_smaller_than_its_step_is_refused(files, run_cli):
+    code, _, err = run_cli("rerank", "--run", str(files / "in.run"), "--queries", str(files / "q.tsv"),
+                           "--collection", str(files / "c.jsonl"), "--reranker", "rankgpt", "--window", "5", "--step",
+                           "8", "--out", str(files / "out.run"))
+    assert code == 2 and "step 8 is larger than window 5" in err
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--depth", "0"], "--depth 0: Input should be greater than or equal to 1"),
     (["--reranker", "monobert"], "unknown re-ranker 'monobert': expected one of monot5, cross-encoder, rankgpt"),
     (["--field", "rewrite"], "--field rewrite applies to a reformulations JSONL file, not a TSV"),
-    (["--window", "5", "--step", "8"], "step 8 is larger than window 5"),
+    (["--window", "5", "--step", "8"], "window: not used by the monot5 re-ranker"),
+    (["--window", "5"], "window: not used by the monot5 re-ranker"),
 ])
 def test_bad_options_exit_2_with_one_line(files, t5, run_cli, extra, message):
     code, _, err = run_cli(*args(files, t5, "--out", str(files / "out.run"), *extra))

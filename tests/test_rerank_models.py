@@ -183,7 +183,9 @@ def test_settings_refuse_bad_values():
     with pytest.raises(ValueError, match="greater than or equal to 1"):
         RerankSettings(depth=0)
     with pytest.raises(ValueError, match="larger than window"):
-        RerankSettings(window=5, step=10)
+        RerankSettings(reranker="rankgpt", window=5, step=10)
+    with pytest.raises(ValueError, match="true_token: not used by the rankgpt re-ranker"):
+        RerankSettings(reranker="rankgpt", true_token="yes")
     with pytest.raises(ValueError, match="unknown system"):
         RerankSettings(systems=["nope"])
     assert RerankSettings(reranker="rankgpt").model_name == "gpt-4o-mini"

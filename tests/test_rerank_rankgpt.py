@@ -58,7 +58,8 @@ def make_run(n=100):
 
 
 def settings_for(server, tmp_path, **extra):
-    llm = LLMSettings(base_url=server.url, cache_dir=str(tmp_path / "cache"), retry_delay=0.0, max_retries=1)
+    llm = LLMSettings(base_url=server.url, cache_dir=str(tmp_path / "cache"), retry_delay=0.0, max_retries=1,
+                      concurrency=8)  # a loopback server otherwise gets one request at a time
     return RerankSettings(reranker="rankgpt", model="fake-gpt", llm=llm, **extra)
 
 

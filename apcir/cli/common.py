@@ -41,11 +41,15 @@ def settings(model: type[M], /, **values: Any) -> M:
         return model.model_validate(given)
     except ValidationError as exc:
         first = exc.errors()[0]
-        option = "--" + str(first["loc"][-1]).replace("_", "-") if first["loc"] else "an option"
+        option = "--" + str(first["loc"][-1]).replace("_", "-") if first["loc"] else ""
         given_value = first.get("input")
+        if isinstance(given_value, str) and "://" in given_value:
+            from apcir.llm.settings import redact_url
+
+            given_value = redact_url(given_value)  # never print credentials given in a URL
         shown = f" {given_value!r}" if isinstance(given_value, (str, int, float)) else ""
         message = str(first["msg"]).removeprefix("Value error, ")
-        raise ApcirError(f"{option}{shown}: {message}") from None
+        raise ApcirError(f"{option}{shown}: {message}" if option else message) from None
 
 
 def print_batch_summary(summary: BatchSummary, title: str, extra: Sequence[tuple[str, str]] = ()) -> None:
@@ -67,12 +71,13 @@ def print_batch_summary(summary: BatchSummary, title: str, extra: Sequence[tuple
     if summary.usage and any(u.requests for u in summary.usage):
         usage = Table(title="usage")
         for column in ("model", "requests", "input tokens", "output tokens", "mean latency s", "max latency s",
-                       "cost $"):
+                       "output tokens/s", "cost $"):
             usage.add_column(column, justify="right" if column != "model" else "left")
         for u in summary.usage:
             usage.add_row(
                 u.model, str(u.requests), str(u.input_tokens), str(u.output_tokens), f"{u.mean_latency:.2f}",
-                f"{u.max_latency_seconds:.2f}", "unpriced" if u.cost_usd is None else f"{u.cost_usd:.4f}",
+                f"{u.max_latency_seconds:.2f}", "-" if u.tokens_per_second is None else f"{u.tokens_per_second:.1f}",
+                "unpriced" if u.cost_usd is None else f"{u.cost_usd:.4f}",
             )
         console.print(usage)
     if summary.failed:

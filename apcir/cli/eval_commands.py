@@ -16,7 +16,7 @@ from apcir.errors import ApcirError
 from apcir.evaluation.responses import ResponseMetrics, evaluate_responses
 from apcir.evaluation.settings import JudgeSettings
 from apcir.evaluation.stage import compare_runs
-from apcir.io import check_writable, write_text
+from apcir.io import check_writable, refuse_inputs_as_outputs, write_text
 
 
 def _labels(paths: list[Path]) -> list[str]:
@@ -135,14 +135,17 @@ def evaluate_responses_command(
     rel_threshold: int = typer.Option(1, "--rel-threshold", "-l", min=1, help="Lowest grade of a relevant passage."),
     judge: str | None = typer.Option(None, "--judge", help="LLM judge model (gpt-4o, ...); default: no judge."),
     base_url: str = typer.Option(None, "--base-url", help="Judge: OpenAI-compatible server (default OPENAI_BASE_URL)."),
-    api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="Judge: environment variable of the key."),
+    api_key_env: str | None = typer.Option(None, "--api-key-env", help="Judge: environment variable of the key (default OPENAI_API_KEY)."),
     cache_dir: Path = typer.Option(None, "--cache-dir", help="Judge: answer cache (default ~/.cache/apcir/llm)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Judge: neither read nor write the cache."),
-    concurrency: int = typer.Option(8, "--concurrency", "-j", min=1, help="Judge: requests in flight at most."),
-    structured: str = typer.Option("auto", "--structured", help="Judge: auto, json_schema, json_object or none."),
-    max_retries: int = typer.Option(6, "--max-retries", min=0, help="Judge: retries on 429, 5xx and timeouts."),
-    retry_delay: float = typer.Option(1.0, "--retry-delay", min=0.0, help="Judge: first backoff delay in seconds."),
-    timeout: float = typer.Option(120.0, "--timeout", help="Judge: seconds before a request is abandoned."),
+    concurrency: int | None = typer.Option(None, "--concurrency", "-j", min=1, help="Judge: requests in flight at most (default 8)."),
+    structured: str | None = typer.Option(None, "--structured", help="Judge: auto (default), json_schema, json_object_schema, json_object or none."),
+    max_retries: int | None = typer.Option(None, "--max-retries", min=0, help="Judge: retries on 429, 5xx and timeouts (default 6)."),
+    retry_delay: float | None = typer.Option(None, "--retry-delay", min=0.0, help="Judge: first backoff delay in seconds (default 1)."),
+    timeout: float | None = typer.Option(None, "--timeout", help="Judge: seconds before a request is abandoned (default 120)."),
+    max_prompt_tokens: int | None = typer.Option(
+        None, "--max-prompt-tokens", min=16, help="Judge: fit every prompt to this many tokens (context window minus "
+        "--max-tokens); a prompt over it leaves its turn unjudged, unsent."),
     prices: Path = typer.Option(None, "--prices", help="Judge: JSON price file."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write every number (per turn too) as JSON here."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
@@ -150,12 +153,13 @@ def evaluate_responses_command(
     """Evaluate responses: ROUGE-L against the canonical responses, citation precision from the qrels, an LLM judge."""
     judge_settings = settings(
         JudgeSettings, model=judge, base_url=base_url, api_key_env=api_key_env,
-        cache_dir=str(cache_dir) if cache_dir else None, no_cache=no_cache, concurrency=concurrency,
+        cache_dir=str(cache_dir) if cache_dir else None, no_cache=no_cache or None, concurrency=concurrency,
         structured=structured, max_retries=max_retries, retry_delay=retry_delay, timeout=timeout,
-        prices=str(prices) if prices else None,
+        prices=str(prices) if prices else None, max_prompt_tokens=max_prompt_tokens,
     )
     if out is not None:
         check_writable(out, "response metrics")
+        refuse_inputs_as_outputs([out], [responses, topics, qrels, levels, prices, cache_dir])
     records = load_responses(responses)
     if not records:
         raise ApcirError("no response records", path=responses)

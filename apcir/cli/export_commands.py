@@ -17,8 +17,8 @@ from apcir.export.common import CLUEWEB_ID, SubmissionInputs
 from apcir.export.formats import FORMATS, format_for_year
 from apcir.export.settings import ExportSettings
 from apcir.export.stage import text_ids, validate_submission, write_submission
-from apcir.io import check_writable, iter_lines
-from apcir.respond.ptkb import load_ptkb_run
+from apcir.io import check_writable, iter_lines, refuse_inputs_as_outputs
+from apcir.respond.ptkb import load_ptkb_run, reformulation_statements, warn_unknown_statements
 
 
 def export_command(
@@ -55,11 +55,14 @@ def export_command(
     ),
 ) -> None:
     """Export a TREC run and its responses as an iKAT submission (2023/2024 JSON or 2025 JSONL)."""
+    if run_name is not None and not run_name.strip():
+        raise ApcirError("--run-name is empty; give a name, or leave it out for the run file's tag")
     year = datasets.topics_year(topics)
     options = settings(ExportSettings, format=fmt or format_for_year(year), text=text, run_type=run_type,
                        team_id=team_id, ptkb=ptkb, eval_response=eval_response, allow_missing_text=allow_missing_text)
     assert options.format is not None
     check_writable(out, "submission")
+    refuse_inputs_as_outputs([out], [run, topics, responses, ptkb_run, reformulations, collection])
     run_file = read_run_file(run)
     turns = datasets.topics(topics)
     used_top = 5
@@ -67,6 +70,9 @@ def export_command(
     passages = (datasets.passage_texts(datasets.collection_path(collection), text_ids(run_file.run, answers, used_top))
                 if collection else {})
     records = load_reformulations(reformulations) if reformulations else {}
+    warn_unknown_statements(turns, reformulation_statements(records), str(reformulations))
+    if answers:
+        warn_unknown_statements(turns, {t: r.ptkb_used for t, r in answers.items()}, str(responses))
     ranking = load_ptkb_run(ptkb_run, turns) if ptkb_run else None
     inputs = SubmissionInputs(run=run_file.run, turns=turns, run_name=run_name or run_file.tag or run.stem,
                               run_type=options.run_type, team_id=options.team_id, reformulations=records,

@@ -21,7 +21,7 @@ from apcir.contract.weights import WeightsFile, load_weights
 from apcir.errors import ApcirError
 from apcir.fusion.settings import TuningSettings
 from apcir.fusion.systems import SYSTEMS
-from apcir.io import check_writable
+from apcir.io import check_writable, refuse_inputs_as_outputs
 
 _EXTRA = {"allow_extra_args": True}
 _RUNS_HELP = "The run files to fuse, in weight order (q', q'+r', third): --runs A B C."
@@ -47,6 +47,10 @@ def _runs(ctx: typer.Context, first: list[Path], expected: int | None = None) ->
             err_console.print(f"[yellow]warning:[/] {path}: {problem}", highlight=False)
         runs.append(run_file.run)
     return runs, [str(p) for p in paths]
+
+
+def _same_output(a: Path, b: Path) -> bool:
+    return a.expanduser().resolve() == b.expanduser().resolve()
 
 
 def _warn_alignment(runs: list[Run], names: list[str], strict: bool) -> None:
@@ -118,6 +122,9 @@ def tune_command(
     for target, what in ((out, "weights file"), (cv_run, "out-of-fold run")):
         if target is not None:
             check_writable(target, what)  # before the search, so that its result is not lost
+    refuse_inputs_as_outputs([out, cv_run], [*runs, *ctx.args, levels, qrels])
+    if out is not None and cv_run is not None and _same_output(out, cv_run):
+        raise ApcirError("--out and --cv-run name the same file; give two paths")
     check_norm(norm)
     run_list, names = _runs(ctx, runs)
     _warn_alignment(run_list, names, strict)
@@ -210,6 +217,7 @@ def fuse_command(
     from apcir.metrics import evaluate
 
     check_writable(out, "fused run")
+    refuse_inputs_as_outputs([out], [*runs, *ctx.args, levels, weights_path, qrels])
     weights = load_weights(weights_path)
     run_list, names = _runs(ctx, runs, expected=weights.n_weights)
     _warn_alignment(run_list, names, strict)
@@ -276,6 +284,8 @@ def baseline_command(
     if name not in BASELINES:
         raise ApcirError(f"unknown baseline {name!r}: expected one of {', '.join(BASELINES)}")
     check_writable(out, "baseline run")
+    refuse_inputs_as_outputs([out], [*runs, *ctx.args, levels, qrels, weights_path, topics, reformulations,
+                                     collection])
     check_norm(norm)
     spec = SYSTEMS.get(name)
     run_list, names = _runs(ctx, runs)

@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(code)
     except ApcirError as exc:
         _say(str(exc))
-        sys.exit(USER_ERROR)
+        sys.exit(exc.exit_code)
     except typer.Exit as exc:
         if exc.exit_code == INTERRUPTED and isinstance(exc.__cause__, KeyboardInterrupt):
             _interrupted()

@@ -11,6 +11,7 @@ from rich.table import Table
 from apcir import datasets
 from apcir.cli.common import console, print_batch_summary, print_json, settings
 from apcir.errors import ApcirError
+from apcir.io import refuse_inputs_as_outputs
 from apcir.reformulate.options import ReformulatorOptions, parse_map
 from apcir.reformulate.prompt import PromptOptions, build_prompt, estimate_tokens
 from apcir.reformulate.registry import usage_help
@@ -50,8 +51,8 @@ def reformulate_command(
     base_url: str = typer.Option(
         None, "--base-url", help="OpenAI-compatible server, e.g. http://localhost:8000/v1 (default OPENAI_BASE_URL)."
     ),
-    api_key_env: str = typer.Option(
-        "OPENAI_API_KEY", "--api-key-env", help="Environment variable holding the API key."
+    api_key_env: str | None = typer.Option(
+        None, "--api-key-env", help="Environment variable holding the API key (default OPENAI_API_KEY)."
     ),
     cache_dir: Path = typer.Option(
         None, "--cache-dir", help="LLM answer cache (default $APCIR_CACHE_DIR or ~/.cache/apcir/llm)."
@@ -60,9 +61,9 @@ def reformulate_command(
     refresh: bool = typer.Option(
         False, "--refresh", help="Start over: ignore the output's records and cached answers (the cache is updated)."
     ),
-    concurrency: int = typer.Option(8, "--concurrency", "-j", min=1, help="Requests in flight at most."),
-    structured: str = typer.Option(
-        "auto", "--structured", help="Structured output: auto, json_schema, json_object or none."
+    concurrency: int | None = typer.Option(None, "--concurrency", "-j", min=1, help="Requests in flight at most (default 8)."),
+    structured: str | None = typer.Option(
+        None, "--structured", help="Structured output: auto (default), json_schema, json_object_schema, json_object or none."
     ),
     no_cot: bool = _NO_COT,
     no_level_examples: bool = _NO_EXAMPLES,
@@ -70,21 +71,24 @@ def reformulate_command(
     no_demonstrations: bool = _NO_DEMOS,
     history_turns: int = _HISTORY,
     history_response_chars: int = _RESPONSE_CHARS,
-    temperature: float = typer.Option(0.0, "--temperature", help="Sampling temperature."),
-    max_tokens: int = typer.Option(1024, "--max-tokens", min=1, help="Answer length limit in tokens."),
-    timeout: float = typer.Option(120.0, "--timeout", help="Seconds before a request is abandoned (and retried)."),
-    max_retries: int = typer.Option(6, "--max-retries", min=0, help="Retries on 429, 5xx and timeouts."),
-    retry_delay: float = typer.Option(
-        1.0, "--retry-delay", min=0.0, help="First backoff delay in seconds (doubles)."
+    temperature: float | None = typer.Option(None, "--temperature", help="Sampling temperature (default 0)."),
+    max_tokens: int | None = typer.Option(None, "--max-tokens", min=1, help="Answer length limit in tokens (default 1024)."),
+    timeout: float | None = typer.Option(None, "--timeout", help="Seconds before a request is abandoned (and retried; default 120)."),
+    max_retries: int | None = typer.Option(None, "--max-retries", min=0, help="Retries on 429, 5xx and timeouts (default 6)."),
+    retry_delay: float | None = typer.Option(
+        None, "--retry-delay", min=0.0, help="First backoff delay in seconds (doubles; default 1)."
     ),
+    max_prompt_tokens: int | None = typer.Option(
+        None, "--max-prompt-tokens", min=16, help="fit every prompt to this many tokens (context window minus "
+        "--max-tokens); turns over it lose their oldest history, then demonstrations, then history responses."),
     prices: Path = typer.Option(
         None, "--prices", help='JSON price file {"model": {"input": $/1M, "output": $/1M}}.'
     ),
     field_map: list[str] = typer.Option(
         None, "--map", help="file:PATH only: apcir_field=file_field pairs, e.g. rewrite=rar_rw,response=rar_rs."
     ),
-    level_fallback: str = typer.Option(
-        "a", "--level-fallback", help="file:PATH only: level of turns the file gives none for: a or heuristic."
+    level_fallback: str | None = typer.Option(
+        None, "--level-fallback", help="file:PATH only: level of turns the file gives none for: a (default) or heuristic."
     ),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
@@ -93,13 +97,15 @@ def reformulate_command(
     options = settings(
         ReformulatorOptions,
         llm=llm, base_url=base_url, api_key_env=api_key_env, concurrency=concurrency,
-        cache_dir=str(cache_dir) if cache_dir else None, no_cache=no_cache, structured=structured,
+        cache_dir=str(cache_dir) if cache_dir else None, no_cache=no_cache or None, structured=structured,
         temperature=temperature, max_tokens=max_tokens, timeout=timeout, max_retries=max_retries,
         retry_delay=retry_delay, prices=str(prices) if prices else None,
-        prompt=prompt_options(no_cot, no_level_examples, demonstrations, no_demonstrations, history_turns,
-                              history_response_chars),
-        map=parse_map(field_map), level_fallback=level_fallback,
+        max_prompt_tokens=max_prompt_tokens, prompt=_given(prompt_options(no_cot, no_level_examples, demonstrations, no_demonstrations, history_turns,
+                                     history_response_chars)),
+        map=parse_map(field_map) or None, level_fallback=level_fallback,
     )
+    refuse_inputs_as_outputs([out], [topics, judged_only, llm.removeprefix("file:") if llm.startswith("file:")
+                                      else None, prices, cache_dir])
     selected = datasets.select_turns(topics, turns, judged_only)
     summary = reformulate(selected, options, out, refresh=refresh, progress=not no_progress)
     if as_json:
@@ -108,6 +114,11 @@ def reformulate_command(
         print_summary(summary)
     if summary.failed:
         raise typer.Exit(1)
+
+
+def _given(prompt: PromptOptions) -> PromptOptions | None:
+    """The prompt options when a flag changed them (None: the defaults, which an offline reformulator accepts)."""
+    return None if prompt == PromptOptions() else prompt
 
 
 def print_summary(summary: ReformulateSummary) -> None:

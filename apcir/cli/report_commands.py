@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from apcir.cli.common import console
+from apcir.errors import ApcirError
 from apcir.evaluation.report import write_report
 from apcir.evaluation.results import read_metrics
 from apcir.io import check_writable_dir
@@ -22,6 +23,10 @@ def report_command(
     """Write report.md and PNG plots in the layout of the APCIR paper's tables."""
     runs = [read_metrics(d) for d in run_dirs]
     target_dir = out or (run_dirs[0] / "report" if len(run_dirs) == 1 else Path("runs") / "report")
+    for run_dir in run_dirs:
+        if target_dir.expanduser().resolve() == run_dir.expanduser().resolve():
+            raise ApcirError(f"the report folder is the run directory {run_dir}; give --out a folder of its own "
+                             "(default: RUN_DIR/report)", path=target_dir)
     check_writable_dir(target_dir, "report folder")
     names = [r.name for r in runs]
     if len(set(names)) < len(names):  # same experiment name twice: tell them apart by directory

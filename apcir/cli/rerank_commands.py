@@ -11,7 +11,8 @@ from rich.table import Table
 from apcir.cli.common import console, err_console, print_json, settings
 from apcir.contract.reformulations import LIST_NAMES
 from apcir.contract.runs import read_run_file, write_run
-from apcir.io import check_writable
+from apcir.errors import ApcirError
+from apcir.io import check_writable, refuse_inputs_as_outputs
 from apcir.llm.settings import LLMSettings
 from apcir.rerank.registry import RERANKERS
 from apcir.rerank.settings import RerankSettings
@@ -58,6 +59,9 @@ def rerank_command(
     max_tokens: int | None = typer.Option(None, "--max-tokens", help="rankgpt: answer length limit (1024)."),
     cache_dir: Path | None = typer.Option(None, "--cache-dir", help="rankgpt: LLM answer cache folder."),
     no_cache: bool = typer.Option(False, "--no-cache", help="rankgpt: neither read nor write the cache."),
+    max_prompt_tokens: int | None = typer.Option(
+        None, "--max-prompt-tokens", min=16, help="rankgpt: fit every prompt to this many tokens (context window minus "
+        "--max-tokens); a window over it fails unsent and keeps its order."),
     prices: Path | None = typer.Option(None, "--prices", help='rankgpt: JSON {"model": {"input": $/1M, ...}}.'),
     tag: str | None = typer.Option(None, "--tag", help="Run tag (default: the input run's tag + '+' + re-ranker)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
@@ -72,15 +76,19 @@ def rerank_command(
         LLMSettings, base_url=base_url, api_key_env=api_key_env, concurrency=concurrency, timeout=timeout,
         max_retries=max_retries, retry_delay=retry_delay, temperature=temperature, max_tokens=max_tokens,
         cache_dir=str(cache_dir) if cache_dir else None, no_cache=no_cache or None,
-        prices=str(prices) if prices else None,
+        prices=str(prices) if prices else None, max_prompt_tokens=max_prompt_tokens,
     )
     options = settings(
         RerankSettings, reranker=reranker, model=model, depth=depth, field=field, batch_size=batch_size,
         device=device, max_length=max_length, true_token=true_token, false_token=false_token, window=window,
-        step=step, windows=windows, max_words=max_words, llm=llm,
+        step=step, windows=windows, max_words=max_words, llm=llm if llm.model_fields_set else None,
     )
+    if tag is not None and not tag.strip():
+        raise ApcirError("--tag is empty; give a word, or leave it out for the default (the input's tag + the "
+                         "re-ranker)")
     check_writable(out, "run file")
     collection_file = collection_path(collection)
+    refuse_inputs_as_outputs([out], [run, queries, collection_file, prices, cache_dir])
     query_set = load_queries(queries, options.field if is_jsonl(queries) else field)
     for turn, reason in query_set.skipped.items():
         err_console.print(f"[yellow]warning:[/] turn {turn} has no query: {reason}", highlight=False)

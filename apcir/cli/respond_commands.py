@@ -11,22 +11,39 @@ from apcir.cli.common import console, print_batch_summary, print_json, settings
 from apcir.contract.reformulations import load_reformulations
 from apcir.contract.runs import read_run_file
 from apcir.errors import ApcirError
-from apcir.io import check_writable
+from apcir.io import check_writable, refuse_inputs_as_outputs
 from apcir.respond.job import build_jobs, check_run_turns, needed_passages
-from apcir.respond.ptkb import BM25, METHODS, bm25_similarity, load_ptkb_run, rank_by, rank_statements, write_ptkb_run
+from apcir.respond.ptkb import (
+    BM25,
+    METHODS,
+    bm25_similarity,
+    load_ptkb_run,
+    rank_by,
+    rank_statements,
+    reformulation_statements,
+    warn_unknown_statements,
+    write_ptkb_run,
+)
 from apcir.respond.registry import usage_help
 from apcir.respond.settings import RespondSettings
 from apcir.respond.stage import RespondSummary, respond
 
 
-def index_encoder(index: Path) -> str:
-    """The encoder an index was built with: its SPLADE model, or ``bm25`` for a BM25 index."""
+def index_dependencies(index: Path) -> list[Path]:
+    from apcir.retrieval.manifest import index_dependencies as dependencies
+
+    return dependencies(index)
+
+
+def index_encoder(index: Path) -> tuple[str, str | None]:
+    """The encoder an index was built with and its kind: its SPLADE or dense model, or ``bm25`` for a BM25 index."""
     from apcir.retrieval.manifest import is_foreign_lucene, read_manifest
+    from apcir.retrieval.registry import BACKENDS
 
     if is_foreign_lucene(index):
-        return BM25
+        return BM25, None
     manifest = read_manifest(index)
-    return manifest.model or BM25
+    return manifest.model or BM25, BACKENDS.get(manifest.backend).encoder
 
 
 def rank_ptkb_command(
@@ -41,7 +58,8 @@ def rank_ptkb_command(
     ),
     index: Path | None = typer.Option(None, "--index", help="apcir: use this index's encoder (BM25 for a BM25 index)."),
     encoder: str | None = typer.Option(
-        None, "--encoder", help="apcir: bm25, splade-tiny, or a SPLADE model (default: bm25 without --index)."
+        None, "--encoder", help="apcir: bm25, splade-tiny, minilm (a bi-encoder), or a SPLADE model (default: bm25 "
+                                "without --index)."
     ),
     turns: list[str] = typer.Option(None, "--turns", help="Only these turn ids (repeat or comma-separate)."),
     tag: str = typer.Option("apcir-ptkb", "--tag", help="Run tag."),
@@ -55,10 +73,13 @@ def rank_ptkb_command(
     if method != "apcir" and (reformulations or index or encoder):
         raise ApcirError(f"--method {method} takes no --reformulations, --index or --encoder")
     check_writable(out, "PTKB ranking")
+    refuse_inputs_as_outputs([out], [topics, reformulations], folders=[index, *(index_dependencies(index) if index
+                                                                                   else [])])
     selected = datasets.select_turns(topics, turns)
     records = load_reformulations(reformulations) if reformulations else {}
-    chosen = index_encoder(index) if index is not None else encoder
-    ranked, how = rank_by(method, selected, records, chosen)  # type: ignore[arg-type]
+    warn_unknown_statements(selected, reformulation_statements(records), str(reformulations))
+    chosen, kind = index_encoder(index) if index is not None else (encoder, None)
+    ranked, how = rank_by(method, selected, records, chosen, kind)  # type: ignore[arg-type]
     write_ptkb_run(ranked, out, tag=tag)
     hint = (f"; evaluate with: apcir evaluate {out} --qrels ikat23-test-ptkb -m ptkb"
             if datasets.topics_year(topics) == 2023 else "")
@@ -79,21 +100,24 @@ def respond_command(
     responder: str = typer.Option("extractive", "--responder", "-m", help=f"Who answers: {usage_help()}."),
     top_k: int = typer.Option(5, "--top-k", "-k", min=1, max=20, help="Top passages given, cited as [1]..[k]."),
     max_words: int = typer.Option(250, "--max-words", min=10, max=1000, help="Word budget of a response."),
-    max_sentences: int = typer.Option(5, "--max-sentences", min=1, max=50, help="extractive: most sentences taken."),
+    max_sentences: int | None = typer.Option(None, "--max-sentences", min=1, max=50, help="extractive: most sentences taken (default 5)."),
     turns: list[str] = typer.Option(None, "--turns", help="Only these turn ids (repeat or comma-separate)."),
     base_url: str = typer.Option(None, "--base-url", help="OpenAI-compatible server (default OPENAI_BASE_URL)."),
-    api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="Environment variable of the API key."),
+    api_key_env: str | None = typer.Option(None, "--api-key-env", help="Environment variable of the API key (default OPENAI_API_KEY)."),
     cache_dir: Path = typer.Option(None, "--cache-dir", help="LLM answer cache (default $APCIR_CACHE_DIR or "
                                                               "~/.cache/apcir/llm)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the cache."),
     refresh: bool = typer.Option(False, "--refresh", help="Start over: ignore the output's records and the cache."),
-    concurrency: int = typer.Option(8, "--concurrency", "-j", min=1, help="Requests in flight at most."),
-    structured: str = typer.Option("auto", "--structured", help="auto, json_schema, json_object or none."),
-    temperature: float = typer.Option(0.0, "--temperature", help="Sampling temperature."),
-    max_tokens: int = typer.Option(1024, "--max-tokens", min=1, help="Answer length limit in tokens."),
-    timeout: float = typer.Option(120.0, "--timeout", help="Seconds before a request is abandoned (and retried)."),
-    max_retries: int = typer.Option(6, "--max-retries", min=0, help="Retries on 429, 5xx and timeouts."),
-    retry_delay: float = typer.Option(1.0, "--retry-delay", min=0.0, help="First backoff delay in seconds."),
+    concurrency: int | None = typer.Option(None, "--concurrency", "-j", min=1, help="Requests in flight at most (default 8)."),
+    structured: str | None = typer.Option(None, "--structured", help="auto (default), json_schema, json_object_schema, json_object or none."),
+    temperature: float | None = typer.Option(None, "--temperature", help="Sampling temperature (default 0)."),
+    max_tokens: int | None = typer.Option(None, "--max-tokens", min=1, help="Answer length limit in tokens (default 1024)."),
+    timeout: float | None = typer.Option(None, "--timeout", help="Seconds before a request is abandoned (and retried; default 120)."),
+    max_retries: int | None = typer.Option(None, "--max-retries", min=0, help="Retries on 429, 5xx and timeouts (default 6)."),
+    retry_delay: float | None = typer.Option(None, "--retry-delay", min=0.0, help="First backoff delay in seconds (default 1)."),
+    max_prompt_tokens: int | None = typer.Option(
+        None, "--max-prompt-tokens", min=16, help="fit every prompt to this many tokens (context window minus "
+        "--max-tokens); a prompt over it fails its turn unsent."),
     prices: Path = typer.Option(None, "--prices", help='JSON price file {"model": {"input": $/1M, "output": $/1M}}.'),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
@@ -102,15 +126,17 @@ def respond_command(
     options = settings(
         RespondSettings, responder=responder, top_k=top_k, max_words=max_words, max_sentences=max_sentences,
         base_url=base_url, api_key_env=api_key_env, concurrency=concurrency,
-        cache_dir=str(cache_dir) if cache_dir else None, no_cache=no_cache, structured=structured,
+        cache_dir=str(cache_dir) if cache_dir else None, no_cache=no_cache or None, structured=structured,
         temperature=temperature, max_tokens=max_tokens, timeout=timeout, max_retries=max_retries,
-        retry_delay=retry_delay, prices=str(prices) if prices else None,
+        retry_delay=retry_delay, prices=str(prices) if prices else None, max_prompt_tokens=max_prompt_tokens,
     )
     check_writable(out, "responses file")
+    refuse_inputs_as_outputs([out], [run, topics, collection, reformulations, ptkb_run, prices, cache_dir])
     selected = datasets.select_turns(topics, turns)
     run_file = read_run_file(run)
     check_run_turns(run_file.run, selected)
     records = load_reformulations(reformulations) if reformulations else {}
+    warn_unknown_statements(selected, reformulation_statements(records), str(reformulations))
     ptkb = load_ptkb_run(ptkb_run, selected) if ptkb_run else rank_statements(selected, records, bm25_similarity())
     texts = datasets.passage_texts(datasets.collection_path(collection),
                                    needed_passages(run_file.run, selected, options.top_k))

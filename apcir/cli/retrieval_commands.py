@@ -11,9 +11,16 @@ from rich.table import Table
 from apcir.cli.common import console, err_console, print_json
 from apcir.contract.reformulations import LIST_NAMES
 from apcir.errors import ApcirError
-from apcir.io import check_writable, check_writable_dir
+from apcir.io import check_writable, check_writable_dir, refuse_inputs_as_outputs, refuse_inputs_inside
 from apcir.retrieval.encoder import DEFAULT_MODEL
 from apcir.retrieval.registry import BACKENDS
+
+
+def index_dependencies(index: Path) -> list[Path]:
+    from apcir.retrieval.manifest import index_dependencies as dependencies
+
+    return dependencies(index)
+
 
 index_app = typer.Typer(help="Build and inspect retrieval indexes.", no_args_is_help=True)
 
@@ -52,6 +59,7 @@ def build_command(
     """Build an index (resumable; an up-to-date index is left alone)."""
     from apcir.retrieval.build import build_from_vectors, build_index
 
+    refuse_inputs_inside(out, [collection, vectors_from], "index directory")
     check_writable_dir(out, "index directory")
     if vectors:
         if shard or vectors_from:
@@ -115,6 +123,7 @@ def export_vectors_command(
     from apcir.retrieval.stage import export_vectors
 
     check_writable(out, "vector collection")
+    refuse_inputs_as_outputs([out], index_dependencies(index), folders=[index])
     count = export_vectors(open_index(index), out, integer_scale=integer_scale, with_text=with_text)
     console.print(f"wrote {count} passage vectors to {out}; index them with pyserini: python -m "
                   "pyserini.index.lucene --collection JsonVectorCollection --input DIR --index OUT --impact "
@@ -169,7 +178,12 @@ def retrieve_command(
     if query_vectors is not None:
         from apcir.retrieval.stage import search_query_vectors
 
+        if field is not None:
+            raise ApcirError("--field chooses an input of a reformulations JSONL; --query-vectors are already "
+                             "encoded queries, one per id: drop --field")
+
         check_writable(out, "run file")
+        refuse_inputs_as_outputs([out], [query_vectors, *index_dependencies(index)], folders=[index])
         backend = open_index(index, encoder, device=device, threads=threads, backend=backend_name)
         run = search_query_vectors(backend, query_vectors, k)
         write_run(run, out, tag=tag, depth=k)
@@ -194,6 +208,7 @@ def retrieve_command(
         tags = {keys[f]: f"{tag}-{keys[f]}" for f in fields}
     for path in outs.values():
         check_writable(path, "run file")
+    refuse_inputs_as_outputs(outs.values(), [queries, *index_dependencies(index)], folders=[index])
     backend = open_index(index, encoder, device=device, threads=threads, backend=backend_name)
     started = time.perf_counter()
     runs = retrieve_lists(backend, {keys[f]: qs.queries for f, qs in query_sets.items()}, outs, tags, k=k)
@@ -227,6 +242,7 @@ def _qr_fusion_command(index: Path, queries: Path, weights_path: Path, field: st
         raise ApcirError(f"--qr-fusion needs {len(LIST_NAMES)} weights per level, the file has {weights.n_weights}",
                          path=weights_path)
     check_writable(out, "run file")
+    refuse_inputs_as_outputs([out], [queries, weights_path, *index_dependencies(index)], folders=[index])
     inputs, turn_weights = {}, {}
     for turn, record in load_reformulations(queries).items():
         if record.output is None:

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from apcir.cli.common import console
 from apcir.cli.eval_commands import response_table
+from apcir.errors import ApcirError
 from apcir.evaluation.results import RunMetrics
 from apcir.experiment.config import load_config, resolve_config_path, validate_config
 from apcir.experiment.pipeline import run_experiment
@@ -62,14 +63,22 @@ def run_command(
     reformulator = dict(data.get("reformulator", {}))
     if llm:
         reformulator["llm"] = llm
-    if base_url:
-        reformulator["base_url"] = base_url
-    data["reformulator"] = reformulator
     respond = dict(data.get("respond", {}))
     if responder:
         respond["responder"] = responder
-    if base_url:
-        respond["base_url"] = base_url
+    if base_url:  # to the stages that ask a model (an offline one would refuse a setting it does not use)
+        from apcir.reformulate.registry import is_offline
+        from apcir.respond.registry import responder_for
+
+        asking = [section for section, offline in (
+            (reformulator, is_offline(str(reformulator.get("llm", "heuristic")))),
+            (respond, responder_for(str(respond.get("responder", "extractive"))).offline)) if not offline]
+        if not asking:
+            raise ApcirError("--base-url: neither the reformulator nor the responder asks a model here; give --llm "
+                             "or --responder a model name too")
+        for section in asking:
+            section["base_url"] = base_url
+    data["reformulator"] = reformulator
     data["respond"] = respond
     if output_dir:
         data["output_dir"] = output_dir

@@ -55,9 +55,28 @@ def build_offsets(collection: Path, out: Path) -> int:
             offsets.append(offset)
     keys = np.array(hashes, dtype=np.int64)
     order = np.argsort(keys, kind="stable")
+    _refuse_duplicates(collection, keys[order], np.array(offsets, dtype=np.int64)[order])
     with atomic_write(out, "wb") as handle:
         np.savez(handle, hashes=keys[order], offsets=np.array(offsets, dtype=np.int64)[order])
     return int(keys.size)
+
+
+def _refuse_duplicates(collection: Path, keys: np.ndarray, offsets: np.ndarray) -> None:
+    """A passage id twice in the collection is an error (which text would be read is undefined). Only passages
+    whose id hashes collide are read again, so this costs nothing on a collection without repeats."""
+    same = np.flatnonzero(keys[1:] == keys[:-1])
+    if not same.size:
+        return
+    with Path(collection).open("rb") as handle:
+        def id_at(offset: int) -> str:
+            handle.seek(int(offset))
+            return _passage(parse_json_line(handle.readline().decode("utf-8"), collection, 0), collection, 0).id
+
+        for i in same:
+            first, second = id_at(offsets[i]), id_at(offsets[i + 1])
+            if first == second:
+                raise ApcirError(f"passage id {first!r} appears more than once (at byte offsets {int(offsets[i])} "
+                                 f"and {int(offsets[i + 1])}); each passage needs its own id", path=collection)
 
 
 class PassageStore(Mapping[str, str]):

@@ -20,8 +20,9 @@ from statistics import fmean
 
 from pydantic import BaseModel, Field
 
+from apcir.console import warn
 from apcir.contract.records import Qrels, Turn
-from apcir.contract.responses import ResponseRecord, strip_citations
+from apcir.contract.responses import ResponseRecord, cited_numbers, strip_citations
 from apcir.errors import ApcirError
 from apcir.evaluation.judge import judge_all
 from apcir.llm.settings import LLMSettings
@@ -92,6 +93,7 @@ def evaluate_responses(
               "not in the topics": len(set(responses) - {t.turn_id for t in turns})}
     if counts["failed"]:
         notes.append(f"{counts['failed']} failed response(s) are not scored")
+    _check_records(responses, ok, {t.turn_id for t in turns}, topics)
     # ROUGE-L
     with_reference = [t for t in ok if t.response.strip()]
     if not any(t.response.strip() for t in turns):
@@ -143,6 +145,15 @@ def evaluate_responses(
     per_level: dict[str, dict[str, float]] = {}
     level_turns: dict[str, dict[str, int]] = {}
     by_level = dict(levels or {})
+    if levels is not None:
+        covered = sum(1 for t in per_turn if t in by_level)
+        if not covered:
+            raise ApcirError(f"--levels: none of the {len(per_turn)} scored turn(s) has a level there ({len(by_level)} "
+                             "levels read); are they the levels of these turns (of this topic set)?")
+        if covered < len(per_turn):
+            warn(f"--levels: levels cover {covered} of the {len(per_turn)} scored turn(s); the per-level rows are "
+                 f"over those {covered} only")
+            notes.append(f"per-level rows over the {covered} of {len(per_turn)} scored turns that have a level")
     for level in sorted({by_level[t] for t in per_turn if t in by_level}):
         per_level[level], level_turns[level] = _means(v for t, v in per_turn.items() if by_level.get(t) == level)
     return ResponseMetrics(
@@ -150,6 +161,29 @@ def evaluate_responses(
         rel_threshold=rel_threshold, measures=measures, turns={**counts, **turn_counts}, per_level=per_level,
         level_turns=level_turns, per_turn=dict(sorted(per_turn.items())), notes=notes, judge=info,
     )
+
+
+def _check_records(responses: Mapping[str, ResponseRecord], ok: Sequence[Turn], topic_ids: set[str],
+                   topics: str) -> None:
+    """Warn, with counts and an example, about what a response record should not hold: citations that are not
+    among its passages, markers [n] past its passages, and records of turns outside the topics."""
+    outside = [t for t in ok if set(responses[t.turn_id].citations) - set(responses[t.turn_id].passages)]
+    if outside:
+        first = responses[outside[0].turn_id]
+        example = sorted(set(first.citations) - set(first.passages))[0]
+        warn(f"{len(outside)} response(s) cite passages that are not among their passages (e.g. turn "
+             f"{first.turn_id}: {example}); their citation precision counts them as given")
+    past = [t for t in ok if any(n < 1 or n > len(responses[t.turn_id].passages)
+                                 for n in cited_numbers(responses[t.turn_id].text))]
+    if past:
+        first = responses[past[0].turn_id]
+        bad = next(n for n in cited_numbers(first.text) if n < 1 or n > len(first.passages))
+        warn(f"{len(past)} response text(s) cite a number that is no passage of theirs (e.g. turn {first.turn_id}: "
+             f"[{bad}] with {len(first.passages)} passage(s))")
+    others = sorted(set(responses) - topic_ids)
+    if others:
+        warn(f"{len(others)} of {len(responses)} response(s) are for turns outside {topics} (e.g. "
+             f"{', '.join(others[:3])}); they are not scored")
 
 
 def _means(values: Iterable[dict[str, float]]) -> tuple[dict[str, float], dict[str, int]]:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from apcir.llm.settings import LLMSettings
+from apcir.llm.settings import LLM_FIELDS, LLMSettings, refuse_unused
 from apcir.metrics.measures import parse_measures
 
 
@@ -12,6 +12,12 @@ class JudgeSettings(LLMSettings):
     """The LLM judge of the responses (``[evaluation.judge]``); off unless ``model`` is set."""
 
     model: str | None = Field(None, description="the judge model (gpt-4o, ...); none: no judge")
+
+    @model_validator(mode="after")
+    def _only_with_a_model(self) -> JudgeSettings:
+        if self.model is None:
+            refuse_unused(self, LLM_FIELDS, "without a judge model (set model to judge)")
+        return self
 
 
 class EvaluationSettings(BaseModel):

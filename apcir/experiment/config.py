@@ -32,7 +32,7 @@ from apcir.export.common import format_year_problem
 from apcir.export.formats import FORMATS
 from apcir.export.settings import ExportSettings
 from apcir.fusion.settings import FusionSettings
-from apcir.io import read_text
+from apcir.io import check_unicode, read_text
 from apcir.reformulate.options import ReformulatorOptions
 from apcir.rerank.settings import RerankSettings
 from apcir.respond.settings import RespondSettings
@@ -149,6 +149,7 @@ def load_config(path: Path) -> ExperimentConfig:
         raise _yaml_problem(exc, path) from None
     if not isinstance(data, dict):
         raise ApcirError("config must be a table/mapping at the top level", path=path)
+    check_unicode(data, path)  # YAML, like JSON, lets an escape make a lone surrogate (TOML refuses it)
     return validate_config(data, path)
 
 

@@ -39,6 +39,7 @@ import numpy as np
 from rich.console import Console
 
 from apcir import datasets
+from apcir.console import warn
 from apcir.contract.levels import load_levels, write_levels
 from apcir.contract.records import Run, Turn
 from apcir.contract.reformulations import (
@@ -55,7 +56,8 @@ from apcir.evaluation.results import RerankerInfo, RunMetrics, read_metrics, wri
 from apcir.experiment.config import ExperimentConfig
 from apcir.experiment.environment import environment, record_index
 from apcir.experiment.ledger import StageLedger, StageOutcome
-from apcir.io import exclusive, read_json, write_json
+from apcir.io import exclusive, read_json, refuse_inputs_inside, remove_stale_temporaries, write_json
+from apcir.llm.settings import redact_urls
 from apcir.reformulate.options import ReformulatorOptions
 from apcir.reformulate.stage import reformulate, stage_identity
 from apcir.rerank.registry import RERANKERS
@@ -176,7 +178,7 @@ class Experiment:
         failed: list[str] = []
 
         def work() -> str:
-            summary = reformulate(turns, options, out, progress=self.progress)
+            summary = reformulate(turns, options, out, progress=self.progress, redo_stale=True)
             self.report.llm_requests += summary.requests
             failed.extend(summary.failed_turns)
             return (f"{summary.ok} turns ok, {summary.failed} failed, {summary.requests} LLM requests, "
@@ -188,6 +190,9 @@ class Experiment:
             self.ledger.mark_unfinished(name)
             self.report.failed_turns.extend(failed)
         records = with_fallbacks(load_reformulations(out), turns)
+        from apcir.respond.ptkb import reformulation_statements, warn_unknown_statements
+
+        warn_unknown_statements(turns, reformulation_statements(records), f"{name} ({out.name})")
         fallen = sorted(t for t, r in records.items() if r.status == "failed")
         if fallen:
             shown = ", ".join(fallen[:10]) + (" ..." if len(fallen) > 10 else "")
@@ -512,7 +517,9 @@ class Experiment:
                                                                                               "respond/text.py")}
 
         def work() -> str:
-            spec = similarity_for(encoder)
+            from apcir.retrieval.registry import BACKENDS
+
+            spec = similarity_for(encoder, BACKENDS.get(cfg.retrieval.backend).encoder)
             write_ptkb_run(rank_statements(turns, records, spec), out, tag=f"{cfg.name}-ptkb")
             write_ptkb_run(heuristic_order(turns), baselines["heuristic"], tag=f"{cfg.name}-ptkb-heuristic")
             write_ptkb_run(profile_order(turns), baselines["profile"], tag=f"{cfg.name}-ptkb-profile")
@@ -542,7 +549,7 @@ class Experiment:
             store = self.passage_texts(index_dir)
             texts = store.texts(needed_passages(run, turns, cfg.respond.top_k)) if store is not None else {}
             jobs = build_jobs(turns, records, run, texts, load_ptkb_run(ptkb_run, turns), cfg.respond.top_k)
-            summary = respond(jobs, cfg.respond, out, progress=self.progress)
+            summary = respond(jobs, cfg.respond, out, progress=self.progress, redo_stale=True)
             self.report.llm_requests += summary.requests
             failed.extend(summary.failed_turns)
             return (f"{summary.ok} responses ok, {summary.failed} failed ({summary.responder}), "
@@ -666,14 +673,26 @@ def reranker_infos(entries: list[RerankSettings]) -> dict[str, RerankerInfo]:
 LOCK_FILE = ".apcir.lock"
 
 
+def config_inputs(config: ExperimentConfig) -> list[str | None]:
+    """The files a config reads (names of bundled data resolve to nothing and are skipped by the checks)."""
+    llm = config.reformulator.llm
+    weights = config.fusion.weights
+    return [config.topics, config.evaluation.qrels, config.evaluation.ptkb_qrels, config.retrieval.collection,
+            config.retrieval.passages, llm.removeprefix("file:") if llm.startswith("file:") else None, weights.file,
+            weights.tune_topics, weights.tune_qrels]
+
+
 def run_experiment(config: ExperimentConfig, console: Console | None = None, progress: bool = True) -> RunReport:
     """Run (or resume, or confirm) every stage of ``config``; see the module docstring for outputs.
 
     One ``apcir run`` at a time per run directory: a second one fails at once,
     naming the first. An internal error's traceback goes to ``error.log`` there.
     """
+    refuse_inputs_inside(config.run_dir, config_inputs(config), "run directory")
     with exclusive(config.run_dir / LOCK_FILE, f"run directory {config.run_dir}"):
         set_crash_log_dir(config.run_dir)
+        for stale in remove_stale_temporaries(config.run_dir, recursive=True):
+            warn(f"removed {stale}, a temporary file left by an apcir process that was killed")
         # Left set when _run raises: whoever reports the crash writes its traceback there.
         report = _run(config, console or Console(), progress)
         set_crash_log_dir(None)
@@ -684,7 +703,7 @@ def _run(config: ExperimentConfig, console: Console, progress: bool) -> RunRepor
     exp = Experiment(config, console, progress)
     run_dir = exp.run_dir
     started = time.perf_counter()
-    write_json(run_dir / "config.json", config.model_dump(mode="json"))
+    write_json(run_dir / "config.json", redact_urls(config.model_dump(mode="json")))  # no credentials on disk
     write_json(run_dir / "environment.json", environment(config))
     exp.say(f"experiment [bold]{config.name}[/] -> {run_dir}")
 

@@ -169,7 +169,7 @@ def plan(inputs: SubmissionInputs, year: int) -> dict[str, TurnPlan]:
         fallback, dropped = None, 0
         if record is not None and record.status == "ok" and record.text.strip():
             text, dropped = renumber(record.text, record, position)
-            statements = record.ptkb_used
+            statements = [s for s in record.ptkb_used if s in turn.ptkb]  # never a statement the profile lacks
         else:
             if inputs.responses is None:
                 fallback = "no responses given"

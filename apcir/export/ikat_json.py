@@ -84,7 +84,8 @@ def build_2024(inputs: SubmissionInputs) -> dict[str, Any]:
 # The fields of run.proto (2023 l.5-41, 2024 l.5-37): json_format.ParseDict rejects any other key, and a value
 # of the wrong type, and the validator stops (main.py:100-103 / 109-112). apcir also refuses null, and a
 # number given as a string, which ParseDict would read as the proto default or convert.
-_STR, _INT, _NUM, _BOOL, _LIST = "a string", "an integer", "a number", "true or false", "a list"
+_STR, _INT, _NUM, _BOOL, _LIST = ("a string", "an integer (int32)", "a number (within float32)",
+                                  "true or false", "a list")
 FIELDS = {
     2023: {
         "run": {"run_name": _STR, "run_type": _STR, "turns": _LIST},
@@ -102,13 +103,18 @@ FIELDS = {
 }
 
 
+# run.proto's types: `int32 rank` and `float score` (32-bit); ParseDict refuses a value out of their range.
+INT32 = (-(2**31), 2**31 - 1)
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 def _fits(value: Any, kind: str) -> bool:
     if kind == _STR:
         return isinstance(value, str)
     if kind == _INT:
-        return isinstance(value, int) and not isinstance(value, bool)
+        return isinstance(value, int) and not isinstance(value, bool) and INT32[0] <= value <= INT32[1]
     if kind == _NUM:
-        return is_number(value) and math.isfinite(value)
+        return is_number(value) and math.isfinite(value) and abs(value) <= FLOAT32_MAX
     if kind == _BOOL:
         return isinstance(value, bool)
     return isinstance(value, list)

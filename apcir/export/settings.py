@@ -35,6 +35,13 @@ class ExportSettings(BaseModel):
             raise ValueError(f"unknown submission format {value!r}: expected one of {', '.join(FORMATS.names())}")
         return value
 
+    @field_validator("team_id")
+    @classmethod
+    def _team_named(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("is empty; give your team's id (the organisers match runs to teams by it)")
+        return value.strip()
+
     @field_validator("run_type")
     @classmethod
     def _run_type_of_the_format(cls, value: str, info: ValidationInfo) -> str:

@@ -17,7 +17,7 @@ from apcir.contract.runs import ranking
 from apcir.errors import ApcirError
 from apcir.export.common import MAX_WORDS, SubmissionInputs, format_year_problem, plan
 from apcir.export.formats import FORMATS
-from apcir.io import read_json, read_text, write_json, write_jsonl
+from apcir.io import read_bytes, read_json, read_text, write_json, write_jsonl
 
 Submission = list[dict[str, Any]] | dict[str, Any]
 
@@ -62,6 +62,10 @@ def check_inputs(inputs: SubmissionInputs, fmt: str, *, allow_missing_text: bool
                          f"e.g. run turn {outside[0]}): is this the run of these topics?")
     if outside:
         warn(f"{len(outside)} turn(s) of the run are not in the topics and are not exported: {_shown(outside)}")
+    absent = [t.turn_id for t in inputs.turns if not inputs.run.get(t.turn_id)]
+    if absent:
+        warn(f"{len(absent)} of the {len(known)} topic turn(s) have no passage in the run, so their entries cite "
+             f"nothing (apcir validate reports them): {_shown(absent)}")
     if not inputs.reformulations:
         warn("no reformulations given: no pseudo-response to fall back on, and PTKB provenance is ranked by BM25 "
              "against the utterance")
@@ -158,4 +162,9 @@ def validate_submission(path: Path, turns: list[Turn], fmt: str | None = None,
     spec = FORMATS.get(fmt or detect_format(path))
     mismatch = format_year_problem(spec.name, spec.year, topics_year)
     problems: list[str] = [f"{mismatch} [{spec.year} validator: error]"] if mismatch else []
+    if read_bytes(path, "submission").startswith(b"\xef\xbb\xbf"):
+        # 2023/2024 main.py json.load(f) and 2025 json.loads(line) on text read as UTF-8 raise "Unexpected UTF-8
+        # BOM": the organisers' validators stop on the first byte
+        problems.append(f"the file starts with a UTF-8 byte-order mark, which the {spec.year} validator's JSON parser "
+                        f"refuses; save it as UTF-8 without a BOM [{spec.year} validator: error]")
     return problems + spec.call("check", path, turns)  # type: ignore[no-any-return]

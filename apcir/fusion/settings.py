@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from apcir.fusion.normalise import NORMS
 
@@ -33,6 +33,15 @@ class WeightsSettings(TuningSettings):
     tune_qrels: str | None = Field(None, description="source = tune: their qrels")
     folds: int = Field(5, ge=2, description="source = cv: folds, by conversation")
     seed: int = Field(0, ge=0, description="fold assignment (cv) and the random baseline")
+
+    @model_validator(mode="after")
+    def _only_what_the_source_uses(self) -> WeightsSettings:
+        unused = {"cv": {"file", "tune_topics", "tune_qrels"}, "file": {"folds", "tune_topics", "tune_qrels"},
+                  "tune": {"file", "folds"}}[self.source]
+        from apcir.llm.settings import refuse_unused
+
+        refuse_unused(self, unused, f"with source = {self.source!r}")
+        return self
 
 
 class FusionSettings(BaseModel):

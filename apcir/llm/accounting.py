@@ -89,6 +89,11 @@ class ModelUsage(BaseModel):
     def mean_latency(self) -> float:
         return self.latency_seconds / self.requests if self.requests else 0.0
 
+    @property
+    def tokens_per_second(self) -> float | None:
+        """Output tokens per second of request time (a local server's generation speed); None without usage."""
+        return self.output_tokens / self.latency_seconds if self.output_tokens and self.latency_seconds else None
+
 
 class Accounting:
     """Collects usage as requests finish (single event loop, so no locking)."""

@@ -41,6 +41,8 @@ class BatchSummary(BaseModel):
     cost_usd: float | None = None
     structured: str | None = Field(default=None, description="structured-output mode in use at the end of the run")
     config: dict[str, Any] = Field(default_factory=dict)
+    settings: dict[str, Any] | None = Field(
+        default=None, description="the settings that shape the records (a resume with others is refused)")
 
 
 def summary_path_for(out: Path) -> Path:
@@ -71,3 +73,45 @@ def batch_counts(writer: RecordAppender[Any], accounting: Accounting, started: f
         "repairs": sum(u.repairs for u in usage), "seconds": round(time.perf_counter() - started, 3),
         "usage": usage, "cost_usd": sum(costs) if costs else None,
     }
+
+
+def check_resume(out: Path, settings: dict[str, Any], what: str, *, redo: bool = False) -> None:
+    """Make sure the records already in ``out`` were made with ``settings`` (the ones that shape them), and
+    record ``settings`` beside ``out`` (in its summary) before any record is added.
+
+    Records made with other settings are never mixed with new ones: the call stops with
+    :class:`~apcir.errors.StaleOutput` (exit 1) naming every setting that changed, or, with ``redo``
+    (``apcir run``, whose stage fingerprint already decided to redo the stage), ``out`` is started over.
+    An output whose summary predates this record is resumed with a warning (its settings are unknown)."""
+    import json
+
+    from apcir.console import warn
+    from apcir.errors import StaleOutput
+    from apcir.io import write_json
+
+    summary_file = summary_path_for(out)
+    settings = json.loads(json.dumps(settings))  # as they read back from the summary (tuples become lists)
+    has_records = out.is_file() and out.stat().st_size > 0
+    previous: dict[str, Any] | None = None
+    if has_records and summary_file.is_file():
+        try:
+            from apcir.io import read_json
+
+            recorded = read_json(summary_file, "summary")
+            previous = recorded.get("settings") if isinstance(recorded, dict) else None
+        except ApcirError:
+            previous = None
+    if has_records and previous is None:
+        warn(f"{out}: the settings its records were made with are not recorded (no summary, or one from an older "
+             f"apcir); they are resumed as they are; --refresh redoes them")
+    elif has_records and previous != settings:
+        keys = sorted(set(previous) | set(settings))
+        changed = "; ".join(f"{k}: {previous.get(k)!r} -> {settings.get(k)!r}" for k in keys
+                            if previous.get(k) != settings.get(k))
+        if not redo:
+            raise StaleOutput(f"holds {what} made with other settings ({changed}); re-run with --refresh to redo "
+                              "them, or choose another --out", path=out)
+        warn(f"{out}: settings changed ({changed}); its {what} are redone")
+        out.unlink()
+    start = BatchSummary(out=str(out), summary_path=str(summary_file), turns=0, settings=settings)
+    write_json(summary_file, start.model_dump(), indent=2)

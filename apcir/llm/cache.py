@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from apcir.contract.reformulations import Usage
+from apcir.errors import ApcirError
 from apcir.io import write_text
 
 CACHE_ENV = "APCIR_CACHE_DIR"
@@ -53,6 +54,7 @@ class ResponseCache:
 
     def __init__(self, directory: Path):
         self.directory = Path(directory)
+        self._warned = False
 
     def path(self, key: str) -> Path:
         return self.directory / key[:2] / f"{key}.json"
@@ -67,3 +69,27 @@ class ResponseCache:
 
     def put(self, answer: CachedAnswer) -> None:
         write_text(self.path(answer.key), answer.model_dump_json())
+
+    def check_writable(self) -> None:
+        """Refuse, before any request, a cache folder that cannot be written (read-only, a file, no space for
+        a folder): the user asked for a cache, so apcir stops rather than pay for answers it cannot keep.
+        ``--no-cache`` or ``--cache-dir`` is the way out."""
+        from apcir.io import check_writable_dir
+
+        try:
+            check_writable_dir(self.directory, "LLM answer cache folder")
+        except ApcirError as exc:
+            raise ApcirError(f"{exc}; give another --cache-dir (cache_dir), or --no-cache") from None
+
+    def put_or_warn(self, answer: CachedAnswer) -> None:
+        """Cache an answer; a write that fails mid-run (a full disk) is said once and the work goes on:
+        the answer is still handed to the stage, whose output keeps it."""
+        try:
+            self.put(answer)
+        except ApcirError as exc:
+            if not self._warned:
+                self._warned = True
+                from apcir.console import warn
+
+                warn(f"the LLM answer cache could not be written ({exc}); going on without caching new answers "
+                     "(the stage's output keeps them)")

@@ -10,10 +10,14 @@ key come from the options, else ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``.
   package's own retries are switched off so every request is counted here;
 * 401/403 stop the whole run with :class:`LLMAuthError`, 404 (unknown model
   or wrong base URL) with :class:`LLMFatalError`; other 4xx fail the turn;
-* structured output: ``json_schema`` (strict schema), ``json_object`` or
+* structured output: ``json_schema`` (strict schema), ``json_object_schema``
+  (llama.cpp's ``{"type": "json_object", "schema": ...}``), ``json_object`` or
   ``none`` (JSON asked for in the prompt only, parsed and validated either
-  way). ``auto`` starts with ``json_schema`` and steps down for the rest of the
-  run when the server answers 400 about ``response_format``.
+  way). ``auto`` starts with ``json_schema`` and steps down, with a warning,
+  for the rest of the run when the server refuses ``response_format`` (a 400,
+  or llama.cpp's 500 about it);
+* a prompt over the server's context window fails its item with one line
+  giving the prompt's tokens, the window and the setting to change.
 
 The API key is handed to the openai client and nowhere else.
 """
@@ -31,9 +35,13 @@ from typing import Any, Literal, cast
 from apcir.errors import ApcirError
 from apcir.llm.accounting import Accounting
 
-StructuredMode = Literal["auto", "json_schema", "json_object", "none"]
-STRUCTURED_MODES: tuple[str, ...] = ("auto", "json_schema", "json_object", "none")
-_FALLBACK: dict[str, str] = {"json_schema": "json_object", "json_object": "none"}
+StructuredMode = Literal["auto", "json_schema", "json_object_schema", "json_object", "none"]
+STRUCTURED_MODES: tuple[str, ...] = ("auto", "json_schema", "json_object_schema", "json_object", "none")
+# From the strongest to the weakest: OpenAI's and vLLM's json_schema; llama.cpp's json_object with a "schema"
+# (grammar-constrained to the schema; its server answers a json_schema request with HTTP 500); plain JSON mode;
+# the JSON asked for in the prompt only (parsed and validated either way).
+_FALLBACK: dict[str, str] = {"json_schema": "json_object_schema", "json_object_schema": "json_object",
+                             "json_object": "none"}
 
 
 class LLMFatalError(ApcirError):
@@ -101,6 +109,14 @@ def _retry_after(exc: Exception) -> float | None:
         return None
 
 
+REDACTED = "[redacted: API key]"
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+class RequestTimedOut(Exception):
+    """The whole request (sending, waiting and reading) took longer than the timeout."""
+
+
 class UnreadableAnswer(Exception):
     """An HTTP 200 whose body is not a chat completion (a proxy's error page, a truncated body)."""
 
@@ -145,6 +161,10 @@ class ChatClient:
         self._paused_until = 0.0
         key = resolve_api_key(api_key, base_url)
         self._scrub_key = key
+        self._url_secrets = url_secrets(base_url or os.environ.get("OPENAI_BASE_URL") or "")
+        self._secret = key if key != "no-key" and len(key) >= 6 else ""
+        self._warned_redaction = False
+        self.timeout = timeout
         self._client = AsyncOpenAI(
             api_key=key,
             base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None,
@@ -163,6 +183,8 @@ class ChatClient:
                 "type": "json_schema",
                 "json_schema": {"name": name, "strict": True, "schema": schema},
             }
+        if mode == "json_object_schema":
+            return {"type": "json_object", "schema": schema}
         if mode == "json_object":
             return {"type": "json_object"}
         return None
@@ -183,6 +205,7 @@ class ChatClient:
         params: dict[str, Any],
         schema: dict[str, Any] | None,
         schema_name: str = "apcir_answer",
+        grammar: dict[str, Any] | None = None,
     ) -> Completion:
         """One answer for ``messages``; raises LLMRequestError or LLMFatalError."""
         import openai
@@ -195,17 +218,21 @@ class ChatClient:
                 await self._wait_while_paused()
                 mode = self.mode  # read inside the slot: a fallback decided meanwhile applies at once
                 kwargs: dict[str, Any] = dict(params)
-                response_format = self._response_format(mode, schema, schema_name)
+                response_format = self._response_format(mode, grammar if mode == "json_object_schema" and grammar
+                                                        else schema, schema_name)
                 if response_format is not None:
                     kwargs["response_format"] = response_format
                 started = time.perf_counter()
                 error: Exception | None = None
                 try:
-                    response = await self._client.chat.completions.create(
-                        model=self.model,
-                        messages=cast(Any, messages),
-                        **kwargs,
-                    )
+                    # The client's own timeout bounds each read; this bounds the whole request, so that a
+                    # server trickling its answer byte by byte cannot hold it past --timeout either.
+                    async with asyncio.timeout(self.timeout):
+                        response = await self._client.chat.completions.create(
+                            model=self.model,
+                            messages=cast(Any, messages),
+                            **kwargs,
+                        )
                     if not isinstance(getattr(response, "choices", None), list):
                         error = UnreadableAnswer(
                             "the server answered 200 with a body that is not a chat completion "
@@ -213,6 +240,8 @@ class ChatClient:
                         )
                 except openai.APIError as exc:
                     error = exc
+                except TimeoutError:
+                    error = RequestTimedOut(f"no complete answer within {self.timeout:g} s (--timeout)")
                 except (ValueError, TypeError, AttributeError, KeyError) as exc:  # a body the client cannot read
                     error = UnreadableAnswer(f"the server's answer could not be read ({type(exc).__name__}: {exc})")
                 seconds = time.perf_counter() - started
@@ -224,7 +253,7 @@ class ChatClient:
                 output_tokens = usage.completion_tokens if usage is not None else None
                 self.accounting.request(self.model, seconds, input_tokens, output_tokens)
                 choice = response.choices[0] if response.choices else None
-                content = (choice.message.content if choice is not None else None) or ""
+                content = self._clean((choice.message.content if choice is not None else None) or "")
                 size = len(content.encode("utf-8"))
                 if size > self.max_answer_bytes:
                     raise LLMRequestError(
@@ -246,12 +275,29 @@ class ChatClient:
                 continue
             raise self._final_error(error, attempt)
 
+    def _clean(self, content: str) -> str:
+        """The answer as apcir keeps it: the API key redacted (a server or proxy that reflects the request's
+        headers would otherwise get it stored, cached and printed), lone surrogates made U+FFFD."""
+        if self._secret and self._secret in content:
+            content = content.replace(self._secret, REDACTED)
+            if not self._warned_redaction:
+                self._warned_redaction = True
+                from apcir.console import warn
+
+                warn("the server's answer contained the API key; apcir redacted it (as "
+                     f"{REDACTED}) before storing, caching or printing anything")
+        if _SURROGATES.search(content):
+            content = _SURROGATES.sub("\ufffd", content)
+        return content
+
     def _should_fall_back(self, error: Exception, mode: str) -> bool:
         import openai
 
-        if not (self._auto and isinstance(error, openai.BadRequestError) and mode in _FALLBACK):
+        refused = isinstance(error, openai.BadRequestError | openai.UnprocessableEntityError) or (
+            isinstance(error, openai.InternalServerError) and error.status_code == 500)
+        if not (self._auto and refused and mode in _FALLBACK):
             return False
-        text = f"{error.message} {error.body}".lower()
+        text = f"{getattr(error, 'message', '')} {getattr(error, 'body', '')}".lower()
         if (
             "response_format" not in text
             and "json_schema" not in text
@@ -260,13 +306,17 @@ class ChatClient:
             return False
         if self.mode == mode:  # several turns may hit this at once; step down one level only
             self.mode = _FALLBACK[mode]
+            from apcir.console import warn
+
+            warn(f"the server refused structured output {mode!r} (HTTP {getattr(error, 'status_code', '?')}); "
+                 f"using {self.mode!r} from now on (set structured to choose)")
         return True
 
     @staticmethod
     def _retryable(error: Exception) -> bool:
         import openai
 
-        if isinstance(error, UnreadableAnswer):
+        if isinstance(error, UnreadableAnswer | RequestTimedOut):
             return True
         if isinstance(error, openai.APIConnectionError):  # includes APITimeoutError
             return True
@@ -278,7 +328,10 @@ class ChatClient:
         import openai
 
         def _short(exc: Exception) -> str:
-            return _scrub(_short_text(exc), self._scrub_key)
+            text = _short_text(exc)
+            for secret in self._url_secrets:
+                text = text.replace(secret, "***")
+            return _scrub(text, self._scrub_key)
 
         tries = f" after {attempt} retries" if attempt else ""
         if isinstance(error, (openai.AuthenticationError, openai.PermissionDeniedError)):
@@ -290,11 +343,46 @@ class ChatClient:
             return LLMFatalError(
                 f"HTTP 404 for model {self.model!r} ({_short(error)}); check --llm and --base-url"
             )
+        if isinstance(error, openai.APIStatusError) and (context := context_problem(_short(error))) is not None:
+            return LLMRequestError(context)
         if isinstance(error, openai.APIStatusError):
             return LLMRequestError(f"HTTP {error.status_code}{tries}: {_short(error)}")
         if isinstance(error, UnreadableAnswer):
             return LLMRequestError(f"unreadable answer{tries}: {_short(error)}")
         return LLMRequestError(f"{type(error).__name__}{tries}: {_short(error)}")
+
+
+_CONTEXT = re.compile(r"context (?:length|window)|context_length_exceeded|too many tokens|exceeds? (?:the )?"
+                      r"(?:model'?s? )?(?:maximum )?context", re.I)
+
+
+def context_problem(message: str) -> str | None:
+    """One line for a server's "prompt over the context window" answer (vLLM, OpenAI and llama.cpp word it as
+    ``maximum context length is W tokens. However, you requested T tokens (P in the messages, C in the
+    completion)``), or None for any other error."""
+    if not _CONTEXT.search(message):
+        return None
+    window = re.search(r"(?:context length is|context window of|context size of|n_ctx[^0-9]{0,5})\s*(\d+)", message)
+    asked = re.search(r"requested (\d+) tokens(?: \((\d+) in the messages, (\d+) in the completion\))?", message) \
+        or re.search(r"requested tokens \((\d+)\)()()", message, re.I)
+    prompt = f"the prompt has {asked.group(2)} tokens (+{asked.group(3)} for the answer)" if asked and asked.group(2) \
+        else (f"the request needs {asked.group(1)} tokens" if asked else "the prompt is too long")
+    limit = f"the server's context window of {window.group(1)} tokens" if window else "the server's context window"
+    return (f"{prompt}, over {limit}; set max_prompt_tokens (--max-prompt-tokens) to fit it (the window minus "
+            "max_tokens), or give the server a larger context (llama.cpp: --n_ctx)")
+
+
+def url_secrets(url: str) -> list[str]:
+    """What in a base URL may be a credential: the password and user of ``user:KEY@``, the query's values."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return []
+    found = [v for v in (parts.password, parts.username) if v]
+    found += [v for _, v in parse_qsl(parts.query) if v]
+    return sorted({s for s in found if len(s) >= 3}, key=len, reverse=True)
 
 
 def _snippet(value: Any, limit: int = 120) -> str:

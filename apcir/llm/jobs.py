@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from apcir.contract.reformulations import Usage
+from apcir.errors import ApcirError
 from apcir.llm.accounting import Accounting
 from apcir.llm.cache import CachedAnswer, ResponseCache, cache_key
 from apcir.llm.client import ChatClient, Completion, LLMFatalError, LLMRequestError, resolve_api_key
@@ -47,6 +48,10 @@ class Ask(Generic[T]):
     """``(raw answer, problem) -> messages`` of the one repair request."""
     schema: dict[str, Any] | None = None
     schema_name: str = "apcir_answer"
+    grammar: dict[str, Any] | None = None
+    """A stricter schema for servers that constrain decoding to it (llama.cpp's ``json_object_schema``): it may use
+    keywords OpenAI's strict mode refuses (``minLength``, ``pattern``), so that a small model cannot produce an
+    answer the stage would reject. Default: ``schema``."""
 
 
 @dataclass
@@ -68,10 +73,12 @@ class Answer(Generic[T]):
 
 def check_key(settings: LLMSettings) -> None:
     """Fail early (before any work) when no key is available for a server that needs one."""
-    if settings.api_key() is None and settings.api_key_env != "OPENAI_API_KEY" and not settings.resolved_base_url():
+    if settings.api_key() is None and settings.api_key_env != "OPENAI_API_KEY":
         from apcir.errors import ApcirError
 
-        raise ApcirError(f"api_key_env {settings.api_key_env}: that environment variable is not set")
+        # The user named this key: never fall back to another one (OPENAI_API_KEY) and send it elsewhere.
+        raise ApcirError(f"api_key_env {settings.api_key_env}: that environment variable is not set (or empty); "
+                         "set it, or drop --api-key-env / api_key_env for a server that needs no key")
     resolve_api_key(settings.api_key(), settings.resolved_base_url())
 
 
@@ -92,10 +99,34 @@ def ask_all(
         key = cache_key(model, ask.messages, params)
         if not _from_cache(ask, key, cache if read_cache else None, model, accounting, on_answer):
             misses.append((ask, key))
+    if settings.max_prompt_tokens is not None:
+        misses = _within_budget(misses, settings, on_answer)
     if not misses:
         return None
     check_key(settings)
+    if cache is not None:
+        cache.check_writable()  # before any request: an answer paid for must not be lost to the cache
     return asyncio.run(_ask_misses(misses, model, settings, params, cache, accounting, on_answer))
+
+
+def _within_budget(misses: list[tuple[Ask[T], str]], settings: LLMSettings,
+                   on_answer: Callable[[Ask[T], Answer[T]], None]) -> list[tuple[Ask[T], str]]:
+    """The asks whose prompts fit ``max_prompt_tokens``; the others fail at once, unsent, saying by how much."""
+    from apcir.llm.tokens import TokenCounter
+
+    budget = settings.max_prompt_tokens
+    assert budget is not None
+    counter = TokenCounter(settings.resolved_base_url())
+    kept = []
+    for ask, key in misses:
+        tokens = counter.count(ask.messages)
+        if tokens <= budget:
+            kept.append((ask, key))
+            continue
+        on_answer(ask, Answer(ask.key, None, error=(
+            f"the prompt has {tokens} tokens (counted by the {counter.source}), over max_prompt_tokens {budget}; "
+            "not sent: raise max_prompt_tokens (and the server's context), or shorten the input")))
+    return kept
 
 
 def _from_cache(
@@ -134,7 +165,7 @@ async def _ask_misses(
         model,
         base_url=settings.resolved_base_url(),
         api_key=settings.api_key(),
-        concurrency=settings.concurrency,
+        concurrency=settings.effective_concurrency(),
         max_answer_bytes=settings.max_answer_bytes,
         timeout=settings.timeout,
         retry=settings.retry_policy(),
@@ -146,13 +177,23 @@ async def _ask_misses(
             for ask, key in misses:
                 group.create_task(_ask_one(client, ask, key, model, params, cache, accounting, on_answer))
     except BaseExceptionGroup as group_error:
-        fatal = [e for e in group_error.exceptions if isinstance(e, LLMFatalError)]
-        if fatal:
-            raise fatal[0] from None
+        # A task group wraps what its tasks raised: the user sees apcir's own one-line error, not the group.
+        leaves = _leaves(group_error)
+        for kind in (KeyboardInterrupt, LLMFatalError, ApcirError):
+            found = [e for e in leaves if isinstance(e, kind)]
+            if found:
+                raise found[0] from None
         raise
     finally:
         await client.close()
     return client.mode
+
+
+def _leaves(group: BaseExceptionGroup) -> list[BaseException]:  # type: ignore[type-arg]
+    found: list[BaseException] = []
+    for exc in group.exceptions:
+        found += _leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
+    return found
 
 
 def _add(usage: Usage, completion: Completion) -> Usage:
@@ -177,14 +218,14 @@ async def _ask_one(
     seconds = 0.0
     schema = ask.schema
     try:
-        first = await client.complete(ask.messages, params, schema, ask.schema_name)
+        first = await client.complete(ask.messages, params, schema, ask.schema_name, ask.grammar)
         usage, seconds = _add(usage, first), seconds + first.seconds
         raw = first.content
         try:
             value = ask.parse(raw)
         except ValueError as problem:
             accounting.repair(model)
-            second = await client.complete(ask.repair(raw, str(problem)), params, schema, ask.schema_name)
+            second = await client.complete(ask.repair(raw, str(problem)), params, schema, ask.schema_name, ask.grammar)
             usage, seconds = _add(usage, second), seconds + second.seconds
             try:
                 value = ask.parse(second.content)
@@ -198,5 +239,5 @@ async def _ask_one(
         on_answer(ask, Answer(ask.key, None, error=str(exc), usage=usage, seconds=seconds))
         return
     if cache is not None:
-        cache.put(CachedAnswer(key=key, model=model, content=raw, usage=usage))
+        cache.put_or_warn(CachedAnswer(key=key, model=model, content=raw, usage=usage))
     on_answer(ask, Answer(ask.key, value, raw=raw, usage=usage, seconds=seconds))

@@ -8,6 +8,7 @@ with the same values send the same requests.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,9 @@ class LLMSettings(BaseModel):
     )
     max_tokens: int | None = Field(1024, ge=1, description="answer length limit in tokens (None: no limit)")
     max_answer_bytes: int = Field(32_000, ge=1, description="an answer longer than this fails its item (not kept)")
+    max_prompt_tokens: int | None = Field(
+        None, ge=16, description="fit every prompt to this many tokens (the server's context window minus "
+        "max_tokens): reformulation prompts are trimmed, other prompts over it fail before they are sent")
     cache_dir: str | None = Field(None, description="answer cache; default APCIR_CACHE_DIR or ~/.cache/apcir/llm")
     no_cache: bool = Field(False, description="neither read nor write the answer cache")
     prices: str | None = Field(None, description='JSON price file {"model": {"input": $/1M, "output": $/1M}}')
@@ -54,8 +58,18 @@ class LLMSettings(BaseModel):
             return self.base_url
         from_env = os.environ.get("OPENAI_BASE_URL") or None
         if from_env is not None and (problem := url_problem(from_env)) is not None:
-            raise ApcirError(f"OPENAI_BASE_URL {from_env!r}: {problem}")
+            raise ApcirError(f"OPENAI_BASE_URL {redact_url(from_env)!r}: {problem}")
         return from_env
+
+    def effective_concurrency(self) -> int:
+        """Requests in flight: ``concurrency`` when given; otherwise 8, or 1 for a server on this machine.
+
+        A local server (llama.cpp, Ollama, a vLLM on the same box) usually answers one request at a time
+        on a CPU; eight requests queued on its one slot would each wait for the others and run into the
+        timeout in a cascade. One at a time, each request has the server to itself."""
+        if "concurrency" in self.model_fields_set:
+            return self.concurrency
+        return 1 if is_loopback(self.resolved_base_url()) else self.concurrency
 
     def api_key(self) -> str | None:
         """The key from ``api_key_env`` (never stored anywhere by apcir)."""
@@ -75,7 +89,7 @@ class LLMSettings(BaseModel):
         cache = self.cache()
         return {
             "base_url": public_url(self.resolved_base_url()), "structured": self.structured,
-            "concurrency": self.concurrency, "temperature": self.temperature, "max_tokens": self.max_tokens,
+            "concurrency": self.effective_concurrency(), "temperature": self.temperature, "max_tokens": self.max_tokens,
             "timeout": self.timeout, "max_retries": self.max_retries,
             "cache_dir": None if cache is None else str(cache.directory), "refresh": refresh, "no_cache": self.no_cache,
         }
@@ -103,6 +117,62 @@ def public_url(url: str | None) -> str | None:
     if parts.port:
         host = f"{host}:{parts.port}"
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+LLM_FIELDS: frozenset[str] = frozenset(LLMSettings.model_fields)
+
+
+def refuse_unused(settings: BaseModel, unused: Iterable[str], mode: str) -> None:
+    """Raise (as a validator does) when ``settings`` were given any of the ``unused`` keys with a value other than
+    its default: a key that the chosen mode does not read would be ignored without a word. The message names the
+    keys and the mode. (A key given its default value changes nothing, so a full dump of the settings reloads.)"""
+    fields = type(settings).model_fields
+    given = sorted(k for k in set(unused) & settings.model_fields_set
+                   if getattr(settings, k) != fields[k].get_default(call_default_factory=True))
+    if given:
+        raise ValueError(f"{', '.join(given)}: not used {mode}; remove {'it' if len(given) == 1 else 'them'}")
+
+
+def is_loopback(url: str | None) -> bool:
+    """Whether ``url``'s host is this machine (localhost, 127.0.0.0/8, ::1)."""
+    from urllib.parse import urlsplit
+
+    if not url:
+        return False
+    try:
+        host = urlsplit(url).hostname or ""
+    except ValueError:
+        return False
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any credentials in it masked: the user info (``user:KEY@``) and the query's values."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rsplit("@", 1)[1]
+    query = urlencode([(k, "***") for k, _ in parse_qsl(parts.query, keep_blank_values=True)], safe="*")
+    if parts.query and not query:
+        query = "***"
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment and "***"))
+
+
+def redact_urls(value: Any) -> Any:
+    """A copy of a JSON-like value in which every URL string has its credentials masked (see :func:`redact_url`);
+    what apcir stores of a configuration (``config.json``) goes through this."""
+    if isinstance(value, str):
+        return redact_url(value) if "://" in value else value
+    if isinstance(value, dict):
+        return {k: redact_urls(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact_urls(v) for v in value]
+    return value
 
 
 def url_problem(url: str) -> str | None:

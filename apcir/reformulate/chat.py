@@ -15,8 +15,17 @@ from apcir.llm.accounting import Accounting
 from apcir.llm.cache import cache_key
 from apcir.llm.jobs import Answer, Ask, ask_all
 from apcir.llm.settings import LLMSettings, public_url
+from apcir.llm.tokens import TokenCounter
 from apcir.reformulate.options import ReformulatorOptions
-from apcir.reformulate.prompt import Prompt, build_prompt, output_schema, parse_answer, repair_messages
+from apcir.reformulate.prompt import (
+    Prompt,
+    build_prompt,
+    fit_prompt,
+    grammar_schema,
+    output_schema,
+    parse_answer,
+    repair_messages,
+)
 
 SCHEMA_NAME = "apcir_reformulation"
 
@@ -38,11 +47,31 @@ def identity(turns: Sequence[Turn], options: ReformulatorOptions) -> dict[str, A
         "schema": hashlib.sha256(schema.encode()).hexdigest()[:16],
         "structured": options.structured,
         "base_url": public_url(options.resolved_base_url()),
+        "max_prompt_tokens": options.max_prompt_tokens,
     }
 
 
-def _record(turn: Turn, prompt: Prompt, model: str, answer: Answer[ReformulationOutput]) -> ReformulationRecord:
+def fitted_prompts(turns: Sequence[Turn], options: ReformulatorOptions) -> tuple[dict[str, Prompt],
+                                                                                dict[str, list[str]]]:
+    """Every turn's prompt, fitted to ``max_prompt_tokens`` when it is set (counted by the server's tokenizer
+    where it has one), and the notes on what was cut, by turn."""
+    if options.max_prompt_tokens is None:
+        return {t.turn_id: build_prompt(t, options.prompt) for t in turns}, {}
+    counter = TokenCounter(options.resolved_base_url())
+    prompts: dict[str, Prompt] = {}
+    notes: dict[str, list[str]] = {}
+    for turn in turns:
+        prompt, cut = fit_prompt(turn, options.prompt, options.max_prompt_tokens, counter.count)
+        prompts[turn.turn_id] = prompt
+        if cut:
+            notes[turn.turn_id] = [*cut, f"tokens counted by the {counter.source or 'estimate'}"]
+    return prompts, notes
+
+
+def _record(turn: Turn, prompt: Prompt, model: str, answer: Answer[ReformulationOutput],
+            notes: list[str] | None = None) -> ReformulationRecord:
     return ReformulationRecord(
+        notes=list(notes or []),
         turn_id=turn.turn_id,
         model=model,
         prompt_hash=prompt.hash,
@@ -68,8 +97,16 @@ def produce(
     """Ask the model for every turn, emitting each record as soon as its answer is in."""
     settings = LLMSettings.model_validate(options.model_dump(include=set(LLMSettings.model_fields)))
     cot = options.prompt.cot
-    prompts = {t.turn_id: build_prompt(t, options.prompt) for t in turns}
+    prompts, notes = fitted_prompts(turns, options)
     by_id = {t.turn_id: t for t in turns}
+    over = [t for t in turns if any(n.startswith("still over") for n in notes.get(t.turn_id, []))]
+    for turn in over:
+        error = (f"the prompt is over max_prompt_tokens ({options.max_prompt_tokens}) even after every cut: "
+                 f"{'; '.join(notes[turn.turn_id])}; raise max_prompt_tokens (and the server's context)")
+        warn(f"turn {turn.turn_id} failed: {error}; not sent")
+        emit(_record(turn, prompts[turn.turn_id], options.llm, Answer(turn.turn_id, None, error=error),
+                     notes[turn.turn_id]))
+    turns = [t for t in turns if t not in over]
     asks = [
         Ask(
             key=turn.turn_id,
@@ -78,6 +115,7 @@ def produce(
             repair=partial(_repair, prompts[turn.turn_id], cot),
             schema=output_schema(cot),
             schema_name=SCHEMA_NAME,
+            grammar=grammar_schema(cot, turn),
         )
         for turn in turns
     ]
@@ -86,7 +124,7 @@ def produce(
         if not answer.ok:
             kept = "; the raw answer is kept in the record" if answer.raw is not None else ""
             warn(f"turn {ask.key} failed: {answer.error}{kept}")
-        emit(_record(by_id[ask.key], prompts[ask.key], options.llm, answer))
+        emit(_record(by_id[ask.key], prompts[ask.key], options.llm, answer, notes.get(ask.key, [])))
 
     return ask_all(asks, model=options.llm, settings=settings, accounting=accounting, on_answer=on_answer,
                    read_cache=not refresh)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
-from apcir.llm.settings import LLMSettings
+from apcir.llm.settings import LLM_FIELDS, LLMSettings, refuse_unused
 from apcir.reformulate.prompt import PromptOptions
 
 # The fields of a reformulation a file may provide, in the record's own names.
@@ -56,6 +56,19 @@ class ReformulatorOptions(LLMSettings):
         if unknown:
             raise ValueError(f"unknown field(s) {unknown}: map keys are {', '.join(('turn_id', *FILE_FIELDS))}")
         return value
+
+
+    @model_validator(mode="after")
+    def _only_what_is_used(self) -> ReformulatorOptions:
+        if self.llm.startswith("file:"):
+            refuse_unused(self, LLM_FIELDS | {"prompt"}, f"with llm = {self.llm!r} (rewrites from a file, no model)")
+            return self
+        refuse_unused(self, {"map", "level_fallback"}, f"with llm = {self.llm!r} (they are for file:PATH only)")
+        from apcir.reformulate.registry import is_offline
+
+        if is_offline(self.llm):
+            refuse_unused(self, LLM_FIELDS | {"prompt"}, f"with llm = {self.llm!r} (offline, no model)")
+        return self
 
 
 def parse_map(items: list[str] | None) -> dict[str, str]:

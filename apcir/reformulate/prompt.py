@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -202,6 +203,55 @@ def build_prompt(turn: Turn, options: PromptOptions | None = None) -> Prompt:
     )
 
 
+KEPT_HISTORY = 2
+"""History turns kept while the demonstrations and history responses are cut (dropped only after them)."""
+
+
+def fit_prompt(turn: Turn, options: PromptOptions, budget: int,
+               count: Callable[[list[Message]], int]) -> tuple[Prompt, list[str]]:
+    """``turn``'s prompt within ``budget`` tokens (``count`` counts messages), and notes on what was cut.
+
+    The cuts, in order, each only as far as needed: the oldest history turns (down to the last
+    :data:`KEPT_HISTORY`), the demonstrations (down to none), the canonical responses of the history
+    turns kept, then the last history turns. A prompt still over the budget is returned as it is, with a
+    note saying so (the stage then fails the turn without sending it)."""
+    prompt = build_prompt(turn, options)
+    start = tokens = count(prompt.messages)
+    if tokens <= budget:
+        return prompt, []
+    shown = len(turn.history) if options.history_turns is None else min(len(turn.history), options.history_turns)
+    demos = len(prompt.demonstrations)
+
+    def cut(**update: Any) -> None:
+        nonlocal options, prompt, tokens
+        options = options.model_copy(update=update)
+        prompt = build_prompt(turn, options)
+        tokens = count(prompt.messages)
+
+    kept = shown
+    while tokens > budget and kept > KEPT_HISTORY:
+        kept -= 1
+        cut(history_turns=kept)
+    while tokens > budget and len(prompt.demonstrations) > 0:
+        cut(demonstrations=len(prompt.demonstrations) - 1)
+    responses_cut = tokens > budget and options.history_response_chars != 0
+    if responses_cut:
+        cut(history_response_chars=0)
+    while tokens > budget and kept > 0:
+        kept -= 1
+        cut(history_turns=kept)
+    notes = [f"prompt fitted to {budget} tokens ({start} -> {tokens})"]
+    if kept < shown:
+        notes.append(f"cut: the oldest {shown - kept} of {shown} history turns")
+    if len(prompt.demonstrations) < demos:
+        notes.append(f"cut: {demos - len(prompt.demonstrations)} of {demos} demonstrations")
+    if responses_cut:
+        notes.append("cut: the canonical responses of the history")
+    if tokens > budget:
+        notes.append(f"still over the budget after every cut ({tokens} > {budget})")
+    return prompt, notes
+
+
 def repair_messages(prompt: Prompt, raw: str, problem: str, cot: bool) -> list[Message]:
     """The follow-up asking the model to fix an answer that did not parse or validate."""
     return [
@@ -241,6 +291,21 @@ def output_schema(cot: bool) -> dict[str, Any]:
         "required": list(properties),
         "additionalProperties": False,
     }
+
+
+def grammar_schema(cot: bool, turn: Turn) -> dict[str, Any]:
+    """:func:`output_schema` with what constrained decoding (llama.cpp) can enforce beyond strict mode: texts that
+    are not empty (and a reasoning of bounded length), statement ids of this turn's profile only."""
+    schema = output_schema(cot)
+    properties = schema["properties"]
+    for name in ("rewrite", "response", "third_rewrite", "third_response"):
+        properties[name] = {"type": "string", "minLength": 3, "maxLength": 600}
+    if cot:
+        properties["reasoning"] = {"type": "string", "minLength": 1, "maxLength": 400}
+    if turn.ptkb:
+        properties["ptkb_used"] = {"type": "array", "items": {"type": "string", "enum": sorted(turn.ptkb)},
+                                   "maxItems": len(turn.ptkb)}
+    return schema
 
 
 def prompt_hash(messages: list[Message]) -> str:

@@ -27,7 +27,7 @@ from apcir.contract.reformulations import LEVELS, ReformulationRecord
 from apcir.errors import ApcirError
 from apcir.io import RecordAppender, exclusive, read_record_log, write_json
 from apcir.llm.accounting import Accounting
-from apcir.llm.batch import BatchSummary, appending, batch_counts, summary_path_for
+from apcir.llm.batch import BatchSummary, appending, batch_counts, check_resume, summary_path_for
 from apcir.reformulate.options import ReformulatorOptions
 from apcir.reformulate.registry import accounting_for, reformulator_for
 
@@ -45,6 +45,21 @@ def stage_identity(turns: list[Turn], options: ReformulatorOptions) -> dict[str,
     return {"reformulator": spec.name, "llm": options.llm, **spec.identity(turns, options)}
 
 
+def shaping_settings(options: ReformulatorOptions) -> dict[str, Any]:
+    """The settings that shape a record whatever the turns (a resume with other ones is refused)."""
+    spec = reformulator_for(options.llm)
+    shaping: dict[str, Any] = {"llm": options.llm}
+    if spec.name == "file":
+        shaping.update({k: v for k, v in spec.identity([], options).items() if k != "heuristic"})
+    elif not spec.offline:
+        from apcir.llm.settings import public_url
+
+        shaping.update(prompt=options.prompt.model_dump(mode="json"), params=options.params(),
+                       structured=options.structured, base_url=public_url(options.resolved_base_url()),
+                       max_prompt_tokens=options.max_prompt_tokens)
+    return shaping
+
+
 # --- the output file -------------------------------------------------------------------------
 def read_existing(out: Path) -> dict[str, ReformulationRecord]:
     """Records already in ``out`` (by turn id); a torn last record from a killed run is cut off."""
@@ -59,6 +74,7 @@ def reformulate(
     *,
     refresh: bool = False,
     progress: bool = True,
+    redo_stale: bool = False,
 ) -> ReformulateSummary:
     """Reformulate ``turns`` as ``options.llm`` says into ``out`` (resumable; see the module docstring).
 
@@ -68,11 +84,11 @@ def reformulate(
     """
     out = Path(out)
     with exclusive(out.parent / f".{out.name}.lock", f"reformulations file {out}"):
-        return _reformulate(turns, options, out, refresh=refresh, progress=progress)
+        return _reformulate(turns, options, out, refresh=refresh, progress=progress, redo_stale=redo_stale)
 
 
 def _reformulate(
-    turns: list[Turn], options: ReformulatorOptions, out: Path, *, refresh: bool, progress: bool
+    turns: list[Turn], options: ReformulatorOptions, out: Path, *, refresh: bool, progress: bool, redo_stale: bool
 ) -> ReformulateSummary:
     started = time.perf_counter()
     spec = reformulator_for(options.llm)
@@ -90,6 +106,9 @@ def _reformulate(
             "start it over)",
             path=out,
         )
+    shaping = shaping_settings(options)
+    check_resume(out, shaping, "reformulations", redo=redo_stale)
+    existing = read_existing(out)
     done = {tid for tid, r in existing.items() if r.status == "ok"}
     pending = [t for t in turns if t.turn_id not in done]
     accounting = accounting_for(options)
@@ -101,6 +120,8 @@ def _reformulate(
                 final_mode = spec.produce(pending, options, writer, accounting=accounting, refresh=refresh)
         finally:
             summary = _summary(out, options.llm, turns, existing, writer, accounting, config, started, final_mode)
+            summary.settings = shaping
+            write_json(summary_path_for(out), summary.model_dump(), indent=2)
     return summary
 
 

@@ -58,6 +58,27 @@ class Reranker(Protocol):
         ...
 
 
+SCORE_DECIMALS = 6
+"""Re-ranker scores are written rounded to this many decimals: float noise below it (batch mates, threads)
+cannot change a file, and ties are then broken by passage id (the one ranking order of apcir.contract.runs)."""
+
+
+def fixed_threads() -> int:
+    """Pin the math libraries' thread count before a model runs, so that a re-run sums in the same order.
+
+    Dynamic threading (``OMP_DYNAMIC``, ``MKL_DYNAMIC``) lets the libraries use fewer threads when the machine
+    is busy, which changes the order of reductions and the last bits of a score; apcir turns it off (see
+    :mod:`apcir`) and fixes torch's intra-op threads at ``APCIR_THREADS`` or the machine's cores. Returns it."""
+    import os
+
+    import torch
+
+    threads = int(os.environ.get("APCIR_THREADS") or 0) or (os.cpu_count() or 1)
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    return threads
+
+
 class PointwiseReranker:
     """A re-ranker that scores each (query, passage) pair alone; a pair is scored once per loaded model."""
 
@@ -80,8 +101,8 @@ class PointwiseReranker:
                 advance(len(part))
         ranked = {}
         for c in candidates:
-            scores = [self._memo[(c.query, text)] for text in c.texts]
-            order = sorted(range(len(c.ids)), key=lambda i: -scores[i])  # stable: ties keep the first-stage order
+            scores = [round(self._memo[(c.query, text)], SCORE_DECIMALS) for text in c.texts]
+            order = sorted(range(len(c.ids)), key=lambda i: (-scores[i], c.ids[i]))  # ties: by passage id
             ranked[c.turn] = Ranked([c.ids[i] for i in order], [scores[i] for i in order])
         return ranked, RerankStats(pairs_scored=len(wanted))
 

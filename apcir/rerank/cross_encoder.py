@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from apcir.errors import ApcirError
-from apcir.rerank.base import PointwiseReranker, load_error, model_location, quiet_transformers
+from apcir.rerank.base import PointwiseReranker, fixed_threads, load_error, model_location, quiet_transformers
 from apcir.rerank.settings import RerankSettings
-from apcir.retrieval.encoder import resolve_device
+from apcir.retrieval.encoder import check_length, resolve_device
 
 
 class CrossEncoderScorer:
@@ -36,6 +36,14 @@ class CrossEncoderScorer:
         finally:
             hf_logging.set_verbosity(verbosity)
         check_classifier(self.model, location)
+        config = getattr(getattr(self.model, "model", None), "config", None)
+        check_length(config, max_length, "max_length (--max-length, rerank.max_length)", location)
+        labels = getattr(config, "num_labels", 1)
+        if isinstance(labels, int) and labels != 1:
+            raise ApcirError(f"{location} has {labels} output labels; apcir scores a pair by a one-label "
+                             "cross-encoder's logit (e.g. cross-encoder/ms-marco-MiniLM-L-6-v2), and with several "
+                             "labels which one means 'relevant' is not known")
+        fixed_threads()
         self.batch_size = batch_size
 
     def score(self, pairs: list[tuple[str, str]]) -> list[float]:

@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 from apcir.errors import ApcirError
-from apcir.rerank.base import PointwiseReranker, load_error, model_location, quiet_transformers
+from apcir.rerank.base import PointwiseReranker, fixed_threads, load_error, model_location, quiet_transformers
 from apcir.rerank.settings import RerankSettings
 from apcir.retrieval.encoder import resolve_device
 
@@ -74,6 +74,7 @@ class MonoT5:
         finally:
             hf_logging.set_verbosity(verbosity)
         self.model.to(self.device).eval()
+        fixed_threads()
         self.batch_size = batch_size
         self.max_length = max_length
         self.ids = [answer_token_id(self.tokenizer, false_token, model),

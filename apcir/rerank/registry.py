@@ -24,6 +24,8 @@ class RerankerSpec:
     kind: Literal["pointwise", "listwise"]
     default_model: str
     load: str
+    settings: frozenset[str] = frozenset()
+    """The ``[rerank]`` keys it reads besides the common ones (any other re-ranker's key is refused)."""
 
     def call(self, *args: Any, **kwargs: Any) -> Any:
         module, _, function = self.load.partition(":")
@@ -33,10 +35,13 @@ class RerankerSpec:
 RERANKERS: Registry[RerankerSpec] = Registry("re-ranker")
 RERANKERS.add(RerankerSpec(
     "monot5", "monoT5", "pygaggle's monoT5: log P(true) of 'Query: q Document: d Relevant:' (any T5 checkpoint)",
-    "pointwise", "castorini/monot5-base-msmarco-10k", "apcir.rerank.monot5:load"))
+    "pointwise", "castorini/monot5-base-msmarco-10k", "apcir.rerank.monot5:load",
+    frozenset({"batch_size", "device", "max_length", "true_token", "false_token"})))
 RERANKERS.add(RerankerSpec(
     "cross-encoder", "cross-encoder", "a sentence-transformers CrossEncoder's raw logit (e.g. the iKAT organisers' "
-    "MiniLM)", "pointwise", "cross-encoder/ms-marco-MiniLM-L-6-v2", "apcir.rerank.cross_encoder:load"))
+    "MiniLM)", "pointwise", "cross-encoder/ms-marco-MiniLM-L-6-v2", "apcir.rerank.cross_encoder:load",
+    frozenset({"batch_size", "device", "max_length"})))
 RERANKERS.add(RerankerSpec(
     "rankgpt", "RankGPT", "RankGPT's listwise prompt to an LLM, sliding windows from the bottom up",
-    "listwise", "gpt-4o-mini", "apcir.rerank.rankgpt:load"))
+    "listwise", "gpt-4o-mini", "apcir.rerank.rankgpt:load",
+    frozenset({"window", "step", "windows", "max_words", "llm"})))

@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from apcir.contract.reformulations import LIST_NAMES
-from apcir.llm.settings import LLMSettings
+from apcir.llm.settings import LLMSettings, refuse_unused
 from apcir.rerank.registry import RERANKERS
 
 
@@ -87,6 +87,13 @@ class RerankSettings(BaseModel):
             raise ValueError(f"the same word as true_token ({true_token!r}): every monoT5 score would be equal; give "
                              "two different words (true / false; mT5: yes / no)")
         return value
+
+    @model_validator(mode="after")
+    def _only_what_the_reranker_uses(self) -> RerankSettings:
+        own = RERANKERS.get(self.reranker).settings
+        every = frozenset().union(*(spec.settings for spec in RERANKERS))
+        refuse_unused(self, every - own, f"by the {self.reranker} re-ranker")
+        return self
 
     @model_validator(mode="after")
     def _window_covers_step(self) -> RerankSettings:

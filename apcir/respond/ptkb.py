@@ -67,6 +67,24 @@ def statements_used(turn: Turn, record: ReformulationRecord | None) -> list[str]
     return used
 
 
+def warn_unknown_statements(turns: Sequence[Turn], named: Mapping[str, Sequence[str]], source: str) -> int:
+    """Warn, with the turn and the id, about statement ids in ``named`` (turn id -> ids, from ``source``) that
+    the turn's profile lacks; they are never used or exported. Returns how many there were."""
+    profile = {t.turn_id: t.ptkb for t in turns}
+    unknown = [(turn_id, str(sid).strip()) for turn_id, ids in named.items() if turn_id in profile
+               for sid in ids if str(sid).strip() not in profile[turn_id]]
+    if unknown:
+        shown = ", ".join(f"turn {t}: {sid}" for t, sid in unknown[:5]) + (" ..." if len(unknown) > 5 else "")
+        warn(f"{source}: {len(unknown)} PTKB statement id(s) that the turn's profile lacks ({shown}); ignored, "
+             "never exported")
+    return len(unknown)
+
+
+def reformulation_statements(records: Mapping[str, ReformulationRecord]) -> dict[str, list[str]]:
+    """The ``ptkb_used`` of every reformulation with an output, by turn."""
+    return {t: list(r.output.ptkb_used) for t, r in records.items() if r.output is not None}
+
+
 @dataclass(frozen=True)
 class SimilaritySpec:
     similarity: Similarity
@@ -100,10 +118,34 @@ def splade_similarity(model: str) -> SimilaritySpec:
     return SimilaritySpec(similarity, encoder.name)
 
 
-def similarity_for(encoder: str | None) -> SimilaritySpec:
-    """The similarity named ``encoder``: ``bm25`` (or None), else that SPLADE model (``splade-tiny``, a hub id)."""
+def dense_similarity(model: str) -> SimilaritySpec:
+    """Inner products of bi-encoder embeddings (cosine for a model that normalises, as MiniLM does)."""
+    from apcir.retrieval.dense import DenseEncoder
+
+    encoder = DenseEncoder(model)
+
+    def similarity(items: Sequence[tuple[str, list[str]]]) -> list[list[float]]:
+        unique = sorted({text for _, texts in items for text in texts})
+        if not unique:
+            return [[] for _ in items]
+        statements = encoder.encode_documents(unique, progress=False, description="encoding PTKB statements")
+        queries = encoder.encode_queries([q for q, _ in items], progress=False)
+        row = {text: i for i, text in enumerate(unique)}
+        scores = queries @ statements.T
+        return [[float(scores[n, row[t]]) for t in texts] for n, (_, texts) in enumerate(items)]
+
+    return SimilaritySpec(similarity, encoder.name)
+
+
+def similarity_for(encoder: str | None, kind: str | None = None) -> SimilaritySpec:
+    """The similarity named ``encoder``: ``bm25`` (or None); a bi-encoder (``minilm``, or any model with
+    ``kind = "dense"``, as a dense index records it); else that SPLADE model (``splade-tiny``, a hub id)."""
+    from apcir.retrieval.encoder import DENSE_ALIASES
+
     if encoder is None or encoder == BM25:
         return bm25_similarity()
+    if kind == "dense" or encoder in DENSE_ALIASES:
+        return dense_similarity(encoder)
     return splade_similarity(encoder)
 
 
@@ -200,12 +242,12 @@ def load_ptkb_run(path: Path, turns: Sequence[Turn] | None = None) -> PtkbRankin
 
 
 def rank_by(method: Method, turns: Sequence[Turn], records: Mapping[str, ReformulationRecord] | None = None,
-            encoder: str | None = None) -> tuple[PtkbRanking, str]:
+            encoder: str | None = None, kind: str | None = None) -> tuple[PtkbRanking, str]:
     """The ranking ``method`` names, and a description of how it was made."""
     if method == "profile":
         return profile_order(turns), "profile order"
     if method == "heuristic":
         return heuristic_order(turns), "the heuristic reformulator's tf-idf order"
-    spec = similarity_for(encoder)
+    spec = similarity_for(encoder, kind)
     used = "the reformulation's ptkb_used first, then " if records else ""
     return rank_statements(turns, records or {}, spec), f"{used}similarity ({spec.name}) to the personalised rewrite"

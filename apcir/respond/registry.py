@@ -62,6 +62,7 @@ def _llm_identity(settings: RespondSettings) -> dict[str, Any]:
 
     return {"code": _code("prompt.py", "chat.py", "job.py", "text.py"), "params": settings.params(),
             "structured": settings.structured, "base_url": public_url(settings.resolved_base_url()),
+            "max_prompt_tokens": settings.max_prompt_tokens,
             **settings.model_dump(include={"top_k", "max_words"})}
 
 

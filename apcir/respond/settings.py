@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
-from apcir.llm.settings import LLMSettings
+from apcir.llm.settings import LLM_FIELDS, LLMSettings, refuse_unused
 
 DEFAULT_MAX_WORDS = 250  # the iKAT guidelines' limit (2023 l.96, 2024 l.122; the 2025 validator's RESPONSE_LIMIT)
 
@@ -28,6 +28,14 @@ class RespondSettings(LLMSettings):
         if not value.strip():
             raise ValueError("give 'extractive' or a model name")
         return value.strip()
+
+    @model_validator(mode="after")
+    def _only_what_is_used(self) -> RespondSettings:
+        if self.responder == "extractive":
+            refuse_unused(self, LLM_FIELDS, "by the extractive responder (offline, no model)")
+        else:
+            refuse_unused(self, {"max_sentences"}, f"by the LLM responder {self.responder!r} (extractive only)")
+        return self
 
     def llm_settings(self) -> LLMSettings:
         """The client part of these settings (server, retries, cache, generation parameters)."""

@@ -26,7 +26,7 @@ from typing import Any
 from apcir.contract.responses import ResponseRecord
 from apcir.io import RecordAppender, exclusive, read_record_log, write_json
 from apcir.llm.accounting import Accounting
-from apcir.llm.batch import BatchSummary, appending, batch_counts, summary_path_for
+from apcir.llm.batch import BatchSummary, appending, batch_counts, check_resume, summary_path_for
 from apcir.respond.job import ResponseJob
 from apcir.respond.registry import accounting_for, responder_for
 from apcir.respond.settings import RespondSettings
@@ -44,6 +44,11 @@ def stage_identity(settings: RespondSettings) -> dict[str, Any]:
     return {"responder": spec.name, "name": settings.responder, **spec.identity(settings)}
 
 
+def shaping_settings(settings: RespondSettings) -> dict[str, Any]:
+    """The settings that shape a response whatever the turns (a resume with other ones is refused)."""
+    return {k: v for k, v in stage_identity(settings).items() if k != "code"}
+
+
 def read_existing(out: Path) -> dict[str, ResponseRecord]:
     """Records already in ``out`` (by turn id); a torn last record from a killed run is cut off."""
     return read_record_log(out, ResponseRecord, "responses")
@@ -56,6 +61,7 @@ def respond(
     *,
     refresh: bool = False,
     progress: bool = True,
+    redo_stale: bool = False,
 ) -> RespondSummary:
     """Answer every job as ``settings.responder`` says into ``out`` (resumable; see the module docstring).
 
@@ -65,11 +71,11 @@ def respond(
     """
     out = Path(out)
     with exclusive(out.parent / f".{out.name}.lock", f"responses file {out}"):
-        return _respond(jobs, settings, out, refresh=refresh, progress=progress)
+        return _respond(jobs, settings, out, refresh=refresh, progress=progress, redo_stale=redo_stale)
 
 
 def _respond(jobs: list[ResponseJob], settings: RespondSettings, out: Path, *, refresh: bool,
-             progress: bool) -> RespondSummary:
+             progress: bool, redo_stale: bool) -> RespondSummary:
     started = time.perf_counter()
     spec = responder_for(settings.responder)
     unique: dict[str, ResponseJob] = {}
@@ -78,6 +84,8 @@ def _respond(jobs: list[ResponseJob], settings: RespondSettings, out: Path, *, r
     jobs = list(unique.values())
     if refresh and out.exists():
         out.unlink()
+    read_existing(out)  # a file that is no responses log is refused before its summary is touched
+    check_resume(out, shaping_settings(settings), "responses", redo=redo_stale)
     existing = read_existing(out)
     done = {tid for tid, r in existing.items()
             if r.status == "ok" and r.responder == settings.responder and tid in unique
@@ -115,7 +123,8 @@ def _summary(out: Path, settings: RespondSettings, jobs: list[ResponseJob], done
              final_mode: str | None) -> RespondSummary:
     summary = RespondSummary(
         responder=settings.responder, out=str(out), summary_path=str(summary_path_for(out)), turns=len(jobs),
-        skipped=len(done), structured=final_mode, config=config, **batch_counts(writer, accounting, started),
+        skipped=len(done), structured=final_mode, config=config, settings=shaping_settings(settings),
+        **batch_counts(writer, accounting, started),
     )
     write_json(summary_path_for(out), summary.model_dump(), indent=2)
     return summary

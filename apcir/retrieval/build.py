@@ -38,7 +38,7 @@ from apcir.datasets.collection import _passage as passage_from_record
 from apcir.datasets.registry import collection_path
 from apcir.datasets.store import OFFSETS, build_offsets
 from apcir.errors import ApcirError
-from apcir.io import atomic_write, write_json, write_text
+from apcir.io import atomic_write, check_unicode, write_json, write_text
 from apcir.retrieval.encoder import DEFAULT_MODEL, SpladeEncoder, TextEncoder, canonical_model_name, make_encoder
 from apcir.retrieval.manifest import (
     MANIFEST,
@@ -332,6 +332,10 @@ def _parse_line(raw: bytes, path: Path, line: int | None, where: str) -> Passage
         _fail(f"malformed JSON ({exc})", path, line, where)
     if not isinstance(record, dict):
         _fail(f"expected a JSON object, found {type(record).__name__}", path, line, where)
+    try:
+        check_unicode(record, path, line, text)
+    except ApcirError as exc:
+        _fail(str(exc).removeprefix(f"{path}: ").removeprefix(f"{path}:{line}: "), path, line, where)
     try:
         passage = passage_from_record(record, path, line)  # type: ignore[arg-type]
     except ApcirError as exc:

@@ -70,6 +70,7 @@ class DenseEncoder(TextEncoder):
         super().__init__(model, device, query_max_length, response_max_length, doc_max_length, batch_size)
         self.model = _load_dense_encoder(model, self.device)
         self.tokenizer = self.model.tokenizer
+        self.check_lengths(getattr(getattr(self.model[0], "auto_model", None), "config", None))
         dimension = self.model.get_embedding_dimension()
         if dimension is None:
             dimension = int(self._encode(["dimension probe"], 8, "document", False, "").shape[1])

