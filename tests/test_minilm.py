@@ -48,3 +48,32 @@ def test_the_ptkb_ranker_can_use_minilm():
     spec = similarity_for("minilm")
     (scores,) = spec.similarity([("how do cats sleep", [PASSAGES["para"], PASSAGES["other"]])])
     assert scores[0] > scores[1]
+
+
+@pytest.mark.slow
+def test_the_demo_grid_gets_a_real_dense_row(tmp_path, monkeypatch, run_cli):
+    """``demo-minilm`` (the bundled config) beside ``demo``: the report's retriever grid has a dense MiniLM row."""
+    from apcir import datasets
+    from apcir.experiment.config import load_config, resolve_config_path, validate_config
+    from apcir.experiment.pipeline import run_experiment
+
+    monkeypatch.chdir(tmp_path)
+    qrels = datasets.qrels("ikat23-test-provenance")
+    conversations = sorted({t.conversation_id for t in datasets.topics("ikat23-test") if t.turn_id in qrels})[:4]
+    turns = [t.turn_id for t in datasets.topics("ikat23-test") if t.conversation_id in conversations]
+    dirs = []
+    for name in ("demo", "demo-minilm"):
+        path = resolve_config_path(name)
+        data = load_config(path).model_dump(exclude_unset=True)
+        data["turns"] = turns
+        data["fusion"]["baselines"] = ["equal"]
+        data["fusion"]["weights"] = {"source": "cv", "folds": 2, "step": 0.1}
+        report = run_experiment(validate_config(data, path), progress=False)
+        assert report.metrics is not None
+        dirs.append(report.run_dir)
+    minilm = json.loads((dirs[1] / "metrics.json").read_text())
+    assert minilm["backend"] == "dense" and minilm["encoder"] == "minilm"
+    code, _, err = run_cli("report", *map(str, dirs), "--out", str(tmp_path / "grid"))
+    assert code == 0, err
+    text = (tmp_path / "grid" / "report.md").read_text()
+    assert "dense (minilm)" in text and "SPLADE (splade-tiny)" in text

@@ -54,6 +54,9 @@ def run_command(
     base_url: str | None = typer.Option(
         None, "--base-url", help="Override the OpenAI-compatible server URL (reformulator and responder)."
     ),
+    max_prompt_tokens: int | None = typer.Option(
+        None, "--max-prompt-tokens", min=16, help="Override max_prompt_tokens of the stages that ask a model (the "
+        "server's context window minus max_tokens)."),
     output_dir: str | None = typer.Option(None, "--output-dir", "-o", help="Override the run directory."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars (logs, CI)."),
 ) -> None:
@@ -66,7 +69,11 @@ def run_command(
     respond = dict(data.get("respond", {}))
     if responder:
         respond["responder"] = responder
-    if base_url:  # to the stages that ask a model (an offline one would refuse a setting it does not use)
+    for option, key, value in (("--base-url", "base_url", base_url),
+                               ("--max-prompt-tokens", "max_prompt_tokens", max_prompt_tokens)):
+        if value is None:
+            continue
+        # to the stages that ask a model (an offline one would refuse a setting it does not use)
         from apcir.reformulate.registry import is_offline
         from apcir.respond.registry import responder_for
 
@@ -74,10 +81,10 @@ def run_command(
             (reformulator, is_offline(str(reformulator.get("llm", "heuristic")))),
             (respond, responder_for(str(respond.get("responder", "extractive"))).offline)) if not offline]
         if not asking:
-            raise ApcirError("--base-url: neither the reformulator nor the responder asks a model here; give --llm "
+            raise ApcirError(f"{option}: neither the reformulator nor the responder asks a model here; give --llm "
                              "or --responder a model name too")
         for section in asking:
-            section["base_url"] = base_url
+            section[key] = value
     data["reformulator"] = reformulator
     data["respond"] = respond
     if output_dir:

@@ -75,6 +75,17 @@ def output_schema() -> dict[str, Any]:
             "required": ["aspects"], "additionalProperties": False}
 
 
+def grammar_schema() -> dict[str, Any]:
+    """:func:`output_schema` with what constrained decoding (llama.cpp) can enforce beyond strict mode: 2 to 6
+    aspects of at most 12 words each, so that a small model cannot ramble past ``max_tokens``."""
+    schema = output_schema()
+    word = '[^"\\\\\\n\\r\\t ]+'
+    item = schema["properties"]["aspects"]["items"]
+    item["properties"]["aspect"] = {"type": "string", "pattern": f"^({word} ){{0,11}}{word}$"}
+    schema["properties"]["aspects"].update(minItems=2, maxItems=6)
+    return schema
+
+
 def parse_judgement(raw: str) -> Judgement:
     """The aspects and scores of an answer; raises :class:`InvalidAnswer` saying what is wrong."""
     data = extract_json(raw)
@@ -119,7 +130,7 @@ def judge_all(pairs: Sequence[tuple[Turn, ResponseRecord]], model: str, settings
     for turn, response in pairs:
         first = messages(turn, response)
         asks.append(Ask(key=turn.turn_id, messages=first, parse=parse_judgement, repair=partial(_repair, first),
-                        schema=output_schema(), schema_name=SCHEMA_NAME))
+                        schema=output_schema(), schema_name=SCHEMA_NAME, grammar=grammar_schema()))
 
     def on_answer(ask: Ask[Judgement], answer: Answer[Judgement]) -> None:
         if answer.value is not None:

@@ -95,7 +95,7 @@ def produce(
     refresh: bool = False,
 ) -> str | None:
     """Ask the model for every turn, emitting each record as soon as its answer is in."""
-    settings = LLMSettings.model_validate(options.model_dump(include=set(LLMSettings.model_fields)))
+    settings = LLMSettings.model_validate(options.model_dump(include=set(LLMSettings.model_fields), exclude_unset=True))
     cot = options.prompt.cot
     prompts, notes = fitted_prompts(turns, options)
     by_id = {t.turn_id: t for t in turns}

@@ -299,9 +299,9 @@ def grammar_schema(cot: bool, turn: Turn) -> dict[str, Any]:
     schema = output_schema(cot)
     properties = schema["properties"]
     for name in ("rewrite", "response", "third_rewrite", "third_response"):
-        properties[name] = {"type": "string", "minLength": 3, "maxLength": 600}
+        properties[name] = {"type": "string", "minLength": 3}
     if cot:
-        properties["reasoning"] = {"type": "string", "minLength": 1, "maxLength": 400}
+        properties["reasoning"] = {"type": "string", "minLength": 1}
     if turn.ptkb:
         properties["ptkb_used"] = {"type": "array", "items": {"type": "string", "enum": sorted(turn.ptkb)},
                                    "maxItems": len(turn.ptkb)}

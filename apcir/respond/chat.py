@@ -16,6 +16,7 @@ from apcir.respond.prompt import (
     ParsedResponse,
     ResponsePrompt,
     build_prompt,
+    grammar_schema,
     output_schema,
     parse_answer,
     repair_messages,
@@ -71,6 +72,7 @@ def produce(
             repair=partial(repair_messages, prompts[job.turn.turn_id]),
             schema=output_schema(),
             schema_name=SCHEMA_NAME,
+            grammar=grammar_schema(job, settings.max_words),
         )
         for job in askable
     ]

@@ -99,6 +99,28 @@ def output_schema() -> dict[str, Any]:
     }
 
 
+GRAMMAR_SENTENCES = 5
+
+
+def grammar_schema(job: ResponseJob, max_words: int) -> dict[str, Any]:
+    """:func:`output_schema` with what constrained decoding (llama.cpp) can enforce beyond strict mode: a response
+    of sentences that each end with a citation [n] of a given passage (and hold no other bracket), at most
+    :data:`GRAMMAR_SENTENCES` of them, and statement ids of the profile only. A small model that would ramble
+    past ``max_tokens`` without citing anything is made to cite at its first full stop."""
+    numbers = "|".join(str(n) for n in range(1, len(job.passages) + 1)) or "1"
+    cite = f"\\[({numbers})\\]"
+    word = '[^\\[\\]"\\\\\\n\\r\\t.!? ]+'  # no bracket but a citation's, nothing JSON must escape, no stop
+    sentences = max(1, min(GRAMMAR_SENTENCES, max_words // 20))
+    per_sentence = max(1, max_words // sentences - 2)  # its words, and its citation, within the word budget
+    pattern = f"^(({word} ){{0,{per_sentence - 1}}}{word}[.!?] ?{cite} ?){{1,{sentences}}}$"
+    schema = output_schema()
+    schema["properties"]["response"] = {"type": "string", "pattern": pattern}
+    if job.turn.ptkb:
+        schema["properties"]["ptkb_used"] = {"type": "array", "items": {"type": "string", "enum": sorted(job.turn.ptkb)},
+                                             "maxItems": len(job.turn.ptkb)}
+    return schema
+
+
 @dataclass(frozen=True)
 class ParsedResponse:
     text: str

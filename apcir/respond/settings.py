@@ -39,4 +39,4 @@ class RespondSettings(LLMSettings):
 
     def llm_settings(self) -> LLMSettings:
         """The client part of these settings (server, retries, cache, generation parameters)."""
-        return LLMSettings.model_validate(self.model_dump(include=set(LLMSettings.model_fields)))
+        return LLMSettings.model_validate(self.model_dump(include=set(LLMSettings.model_fields), exclude_unset=True))
