@@ -192,6 +192,7 @@ def _overwrite_cases(work) -> dict[str, list[tuple[list[str], Path]]]:
                   work["weights"])],
         "baseline": [(["baseline", "equal", "--runs", *runs, "-o", runs[1]], work["runs"][1])],
         "report": [(["report", str(work["base"]), "-o", str(work["base"])], work["weights"])],
+        "inspect": [(["inspect", str(work["base"]), "-o", w["fused"]], work["fused"])],
         "run": [(["run", str(config)], work["refs"])],
     }
 

@@ -35,5 +35,25 @@ def report_command(
     console.print(f"report written to {path}")
 
 
+def inspect_command(
+    run_dirs: list[Path] = typer.Argument(..., help="One run directory, or several to compare (same topics)."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="The HTML page (default RUN_DIR/inspect.html)."),
+) -> None:
+    """A self-contained HTML page to inspect a run turn by turn (and compare systems or runs), offline."""
+    from apcir.evaluation.inspector import INSPECT_FILE, write_inspector
+    from apcir.io import check_writable, refuse_inputs_as_outputs
+
+    target = out or run_dirs[0] / INSPECT_FILE
+    check_writable(target, "inspector page")
+    refuse_inputs_as_outputs([target], [d / name for d in run_dirs for name in (
+        "config.json", "metrics.json", "reformulations.jsonl", "responses.jsonl", "fused.run")],
+        folders=[d / sub for d in run_dirs for sub in ("lists", "systems")])
+    path = write_inspector(list(run_dirs), target)
+    size = path.stat().st_size
+    console.print(f"inspector written to {path} ({size / 1e6:.1f} MB); open it in a browser (no server needed)",
+                  highlight=False)
+
+
 def register(app: typer.Typer) -> None:
     app.command("report")(report_command)
+    app.command("inspect")(inspect_command)

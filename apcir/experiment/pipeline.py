@@ -771,3 +771,7 @@ def _check_outputs(exp: Experiment, turns: list[Turn], submission: Path) -> None
     if exp.report.metrics is not None:
         report = write_report([exp.report.metrics], exp.run_dir / "report")
         exp.say(f"report: {report}")
+    from apcir.evaluation.inspector import INSPECT_FILE, write_inspector
+
+    page = write_inspector([exp.run_dir], exp.run_dir / INSPECT_FILE)
+    exp.say(f"inspector: {page} (open it in a browser)")

@@ -1,0 +1,163 @@
+"""The run inspector: one self-contained HTML page per run directory (or a comparison of several).
+
+``apcir inspect RUN_DIR [RUN_DIR2 ...] --out inspect.html`` (and ``apcir run``, which writes ``inspect.html``
+into every run directory) gathers, per turn:
+
+* the utterance, its history, and the PTKB with the statements the reformulation used marked;
+* per run directory: the level and the three reformulations, the top 10 of the three lists, the fused top 10
+  and the re-ranked ones, each hit with its rank, score and qrels grade (unjudged marked), the response with
+  every citation resolved to its passage text, and the turn's value of every measure for every system;
+* the top 10 of every system, for the comparison view.
+
+The page needs no server and no network (no CDN): the data is one JSON object inside it, the script and
+styles are inline, written by hand here (about 200 lines) because the peers (diffir) need a server or a
+template package. Filters: conversation, level, and a search over turn ids and text. The comparison view
+(in the manner of diffir) picks two systems (of one run directory or of two) and a measure, sorts the turns
+by the per-turn difference, and shows the two rankings side by side with the judged passages marked.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from apcir import datasets
+from apcir.contract.reformulations import LIST_NAMES, load_reformulations
+from apcir.contract.responses import load_responses
+from apcir.contract.runs import load_run, ranking
+from apcir.errors import ApcirError
+from apcir.evaluation.results import read_metrics
+from apcir.io import read_json, write_text
+
+TOP = 10
+TEXT_CHARS = 700
+INSPECT_FILE = "inspect.html"
+
+
+def _top(run: dict[str, dict[str, float]], turn: str, passages: dict[str, int]) -> list[list[Any]]:
+    hits = ranking(run.get(turn, {}), TOP)
+    return [[passages.setdefault(pid, len(passages)), round(score, 4)] for pid, score in hits]
+
+
+def _texts(run_dir: Path, config: dict[str, Any], ids: Iterable[str]) -> dict[str, str]:
+    from apcir.retrieval.settings import RetrievalSettings
+    from apcir.retrieval.stage import passage_texts_for
+
+    try:
+        settings = RetrievalSettings.model_validate(config.get("retrieval") or {})
+        store = passage_texts_for(settings, Path(settings.index))
+    except (ApcirError, ValueError, OSError):
+        return {}
+    if store is None:
+        return {}
+    try:
+        return store.texts(ids)
+    except (ApcirError, OSError):
+        return {}
+
+
+def gather(run_dirs: list[Path]) -> dict[str, Any]:
+    """The page's data: every turn of every run directory, in the topics' order."""
+    if not run_dirs:
+        raise ApcirError("give at least one run directory")
+    runs: list[dict[str, Any]] = []
+    passages: dict[str, int] = {}
+    per_run: list[dict[str, Any]] = []
+    grades: dict[str, dict[str, int]] = {}
+    order: list[Any] = []
+    for run_dir in run_dirs:
+        if not (run_dir / "config.json").exists():
+            raise ApcirError("not a run directory of `apcir run` (no config.json)", path=run_dir)
+        config = read_json(run_dir / "config.json", "run config")
+        name = str(config.get("name") or run_dir.name)
+        if any(r["name"] == name for r in runs):
+            name = str(run_dir)
+        metrics = read_metrics(run_dir) if (run_dir / "metrics.json").exists() else None
+        if metrics is not None and not grades:
+            grades = datasets.qrels(metrics.qrels)
+        turns = datasets.select_turns(str(config.get("topics")), config.get("turns"))
+        if not order:
+            order = turns
+        records = load_reformulations(run_dir / "reformulations.jsonl") \
+            if (run_dir / "reformulations.jsonl").exists() else {}
+        lists = {f: load_run(run_dir / "lists" / f"{f}.run") for f in LIST_NAMES
+                 if (run_dir / "lists" / f"{f}.run").exists()}
+        systems = {p.stem: load_run(p) for p in sorted((run_dir / "systems").glob("*.run"))} \
+            if (run_dir / "systems").is_dir() else {}
+        fused = load_run(run_dir / "fused.run") if (run_dir / "fused.run").exists() else systems.get("apcir", {})
+        responses = load_responses(run_dir / "responses.jsonl") if (run_dir / "responses.jsonl").exists() else {}
+        measures = metrics.measures if metrics is not None else []
+        runs.append({"name": name, "dir": str(run_dir), "measures": measures,
+                     "systems": [s for s in systems if metrics is None or s in metrics.systems] or list(systems),
+                     "labels": {s: r.label for s, r in metrics.systems.items()} if metrics else {}})
+        per_run.append({"config": config, "records": records, "lists": lists, "systems": systems, "fused": fused,
+                        "responses": responses, "metrics": metrics, "dir": run_dir})
+    shown: set[int] = set()
+    turns_out = []
+    for turn in order:
+        entry: dict[str, Any] = {
+            "id": turn.turn_id, "conversation": turn.conversation_id, "utterance": turn.utterance,
+            "history": [[h.utterance, h.response] for h in turn.history], "ptkb": dict(turn.ptkb),
+            "judged": turn.turn_id in grades, "runs": {},
+        }
+        for run, data in zip(runs, per_run):
+            record = data["records"].get(turn.turn_id)
+            output = record.output if record is not None else None
+            view: dict[str, Any] = {
+                "level": output.level if output else None,
+                "rewrites": ({"reasoning": output.reasoning, "rewrite": output.rewrite, "response": output.response,
+                              "third_rewrite": output.third_rewrite, "third_response": output.third_response}
+                             if output else {}),
+                "used": list(output.ptkb_used) if output else [],
+                "error": record.error if record is not None and output is None else None,
+                "lists": {f: _top(r, turn.turn_id, passages) for f, r in data["lists"].items()},
+                "fused": _top(data["fused"], turn.turn_id, passages),
+                "reranked": {s: _top(r, turn.turn_id, passages) for s, r in data["systems"].items() if "+" in s},
+                "systems": {s: _top(r, turn.turn_id, passages) for s, r in data["systems"].items()},
+                "metrics": ({s: res.per_turn.get(turn.turn_id, {}) for s, res in data["metrics"].systems.items()}
+                            if data["metrics"] is not None else {}),
+            }
+            answer = data["responses"].get(turn.turn_id)
+            if answer is not None:
+                view["response"] = {"text": answer.text, "status": answer.status, "error": answer.error,
+                                    "passages": [passages.setdefault(p, len(passages)) for p in answer.passages],
+                                    "cited": [passages.setdefault(p, len(passages)) for p in answer.citations],
+                                    "ptkb_used": list(answer.ptkb_used)}
+                shown.update(view["response"]["passages"])
+            for hits in [view["fused"], *view["reranked"].values(), *view["lists"].values()]:
+                shown.update(index for index, _ in hits)
+            entry["runs"][run["name"]] = view
+        turns_out.append(entry)
+    ids = {index: pid for pid, index in passages.items()}
+    texts: dict[str, str] = {}
+    wanted = {ids[i] for i in shown}
+    for data in per_run:
+        missing = wanted - set(texts)
+        if missing:
+            texts.update(_texts(data["dir"], data["config"], missing))
+    return {
+        "runs": runs,
+        "turns": turns_out,
+        "passages": [ids[i] for i in range(len(ids))],
+        "texts": {passages[p]: t[:TEXT_CHARS] + ("..." if len(t) > TEXT_CHARS else "") for p, t in texts.items()
+                  if p in passages},
+        "grades": {t: {passages[p]: g for p, g in judged.items() if p in passages} for t, judged in grades.items()},
+    }
+
+
+def write_inspector(run_dirs: list[Path], out: Path) -> Path:
+    """Write the page for ``run_dirs`` to ``out``; returns it."""
+    data = gather(run_dirs)
+    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
+    title = " vs ".join(r["name"] for r in data["runs"])
+    write_text(out, PAGE.replace("__TITLE__", _escape(title)).replace("__DATA__", payload))
+    return out
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+PAGE = Path(__file__).with_name("inspector.html").read_text(encoding="utf-8")

@@ -1,0 +1,136 @@
+"""The run inspector: `apcir inspect` pages, opened in a real headless browser (Debian's chromium + chromedriver).
+
+Without chromium the browser tests skip, except under ``APCIR_REQUIRE_BROWSER=1`` (``.ci/run`` installs chromium
+and sets it), where a skip is a failure."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+
+import pytest
+
+from apcir import datasets
+
+CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+
+
+@pytest.fixture(scope="module")
+def two_runs(small, tmp_path_factory):
+    """Two small run directories over the same turns: the heuristic reformulator and the manual rewrites."""
+    from apcir.experiment.config import ExperimentConfig
+    from apcir.experiment.pipeline import run_experiment
+
+    root, collection, index, chosen = small
+    base = tmp_path_factory.mktemp("inspect")
+    dirs = []
+    for llm in ("heuristic", "manual"):
+        config = ExperimentConfig.model_validate({
+            "name": f"insp-{llm}", "topics": "ikat23-test", "turns": chosen, "output_dir": str(base / llm),
+            "reformulator": {"llm": llm},
+            "retrieval": {"index": str(index), "collection": str(collection), "encoder": "splade-tiny"},
+            "fusion": {"weights": {"source": "cv", "folds": 2, "step": 0.1}, "baselines": ["equal", "list-rewrite"]},
+            "evaluation": {"qrels": "ikat23-test-provenance"},
+        })
+        run_experiment(config, progress=False)
+        dirs.append(base / llm)
+    return dirs
+
+
+def test_apcir_run_writes_the_inspector_and_its_data_is_complete(two_runs):
+    from apcir.evaluation.inspector import gather
+
+    page = two_runs[0] / "inspect.html"
+    assert page.exists() and "<script" in page.read_text() and "http" not in page.read_text().split("<script")[0]
+    data = gather([two_runs[0]])
+    judged = [t for t in data["turns"] if t["judged"]]
+    assert judged
+    view = judged[0]["runs"]["insp-heuristic"]
+    assert view["level"] in "abc" and set(view["lists"]) == {"rewrite", "rewrite_response", "third"}
+    assert len(view["fused"]) == 10 and view["response"]["cited"]
+    assert view["metrics"]["apcir"] and "nDCG@3" in view["metrics"]["apcir"]
+
+
+def _browser():
+    if not (CHROMIUM and DRIVER):
+        if os.environ.get("APCIR_REQUIRE_BROWSER") == "1":
+            pytest.fail("APCIR_REQUIRE_BROWSER=1 but chromium/chromedriver are not installed")
+        pytest.skip("no chromium + chromedriver (Debian: apt-get install chromium chromium-driver)")
+    os.environ["SE_OFFLINE"] = "true"  # selenium must not look for a driver on the network
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--window-size=1400,1000"):
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service(DRIVER), options=options)
+
+
+def _open(driver, page) -> float:
+    started = time.monotonic()
+    driver.get(page.as_uri())
+    while driver.execute_script("return document.body.dataset.ready") != "1":
+        assert time.monotonic() - started < 20, "the page never became ready"
+        time.sleep(0.02)
+    return time.monotonic() - started
+
+
+@pytest.mark.slow
+def test_a_turn_in_a_real_browser(two_runs, tmp_path, run_cli):
+    from selenium.webdriver.common.by import By
+
+    page = tmp_path / "i.html"
+    code, _, err = run_cli("inspect", str(two_runs[0]), "--out", str(page))
+    assert code == 0, err
+    refs = {json.loads(line)["turn_id"]: json.loads(line) for line in
+            (two_runs[0] / "reformulations.jsonl").read_text().splitlines()}
+    qrels = datasets.qrels("ikat23-test-provenance")
+    turn = next(t for t in refs if t in qrels)
+    driver = _browser()
+    try:
+        _open(driver, page)
+        driver.find_element(By.CSS_SELECTOR, f'#turn-list li[data-turn="{turn}"]').click()
+        assert driver.find_element(By.ID, "turn-title").text == f"Turn {turn}"
+        shown = {e.get_attribute("data-field"): e.text for e in driver.find_elements(By.CSS_SELECTOR, ".rewrite")}
+        assert shown["rewrite"] == " ".join(refs[turn]["output"]["rewrite"].split())
+        grades = [e.text for e in driver.find_elements(By.CSS_SELECTOR, ".grade")]
+        assert "unjudged" in grades and any(g.isdigit() for g in grades)
+        citations = driver.find_elements(By.CSS_SELECTOR, ".citation.cited")
+        assert citations and "clueweb22" in citations[0].text
+        driver.find_element(By.ID, "f-search").send_keys(turn)
+        listed = [li.get_attribute("data-turn") for li in driver.find_elements(By.CSS_SELECTOR, "#turn-list li")]
+        assert turn in listed and all(turn in t for t in listed)
+        driver.save_screenshot(str(tmp_path / "turn.png"))
+        assert (tmp_path / "turn.png").stat().st_size > 10_000
+    finally:
+        driver.quit()
+
+
+@pytest.mark.slow
+def test_comparing_two_runs_in_a_real_browser(two_runs, tmp_path, run_cli):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    page = tmp_path / "compare.html"
+    code, _, err = run_cli("inspect", *map(str, two_runs), "--out", str(page))
+    assert code == 0, err
+    driver = _browser()
+    try:
+        _open(driver, page)
+        driver.find_element(By.ID, "tab-compare").click()
+        Select(driver.find_element(By.ID, "c-a")).select_by_visible_text("insp-heuristic / APCIR")
+        Select(driver.find_element(By.ID, "c-b")).select_by_visible_text("insp-manual / APCIR")
+        items = driver.find_elements(By.CSS_SELECTOR, "#turn-list li")
+        diffs = [abs(float(li.find_elements(By.CSS_SELECTOR, "span")[-1].text)) for li in items]
+        assert diffs and diffs == sorted(diffs, reverse=True)
+        items[0].click()
+        sides = driver.find_elements(By.CSS_SELECTOR, "#compare > div")
+        assert len(sides) == 2 and "insp-heuristic" in sides[0].text and "insp-manual" in sides[1].text
+        driver.save_screenshot(str(tmp_path / "compare.png"))
+    finally:
+        driver.quit()
