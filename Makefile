@@ -46,11 +46,13 @@ demo: setup
 		$(VENV)/bin/apcir run demo; \
 	fi
 
-# The demo with a real local LLM (SmolLM2-135M behind llama.cpp's server) reformulating and responding.
+# The demo with a real local LLM (SmolLM2-135M behind llama.cpp's server) reformulating and responding, on the
+# turns the demo's qrels judge (the ones its retrieval numbers average over). All 332 turns: DEMO_LLM_TURNS=all.
+DEMO_LLM_TURNS ?= judged
 demo-llm: setup
 	$(PY) -m apcir.llm.local_server --model smollm2 --n-ctx 8192 -- \
 		$(VENV)/bin/apcir run demo --llm smollm2 --responder smollm2 --max-prompt-tokens 7000 \
-		--output-dir runs/demo-smollm2
+		$(if $(filter judged,$(DEMO_LLM_TURNS)),--judged-only) --output-dir runs/demo-smollm2
 
 bench: setup
 	@for script in benchmarks/*.py; do echo "== $$script"; $(PY) $$script || exit 1; done

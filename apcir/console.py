@@ -8,14 +8,34 @@ work goes to stderr (:data:`err`), so piping a command's output stays clean.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
 from rich.markup import escape
 
-out = Console()
-err = Console(stderr=True)
+
+def _console(stderr: bool) -> Console:
+    """A console that wraps to the terminal's width, and never cuts a line sent to a file or a pipe (a table
+    redirected to a file keeps its full rows; rich would otherwise cut it to 80 columns)."""
+    stream = sys.stderr if stderr else sys.stdout
+    piped = not (hasattr(stream, "isatty") and stream.isatty())
+    return Console(stderr=stderr, width=PIPE_WIDTH if piped and "COLUMNS" not in os.environ else None)
+
+
+PIPE_WIDTH = 10_000
+out = _console(stderr=False)
+err = _console(stderr=True)
+
+
+def rule(title: str = "") -> None:
+    """A separator line on stdout: the terminal's width, or 60 columns in a file."""
+    if out.width >= PIPE_WIDTH:
+        out.print(f"── {title} " + "─" * 40 if title else "─" * 60, highlight=False, markup=False)
+    else:
+        out.rule(title)
 
 
 def warn(message: str) -> None:
@@ -43,6 +63,7 @@ def progress(description: str, total: int, enabled: bool = True) -> Iterator[Cal
         TimeRemainingColumn,
     )
 
+    description = short_label(description)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -54,3 +75,10 @@ def progress(description: str, total: int, enabled: bool = True) -> Iterator[Cal
     ) as bar:
         task = bar.add_task(description, total=total)
         yield lambda n: bar.advance(task, n)
+
+
+def short_label(description: str, limit: int = 40) -> str:
+    """A progress bar's label without long paths: a path is shown by its file name (``reformulate x.jsonl``)."""
+    words = [w.rsplit("/", 1)[-1] if "/" in w else w for w in description.split(" ")]
+    label = " ".join(words)
+    return label if len(label) <= limit else label[: limit - 3] + "..."

@@ -65,3 +65,10 @@ def check_run_id(value: str, what: str, path: str | Path | None = None, line: in
     if problem is not None:
         raise ApcirError(f"{what} {value!r} {problem}", path=path, line=line)
     return value
+
+
+def natural_key(turn_id: str) -> tuple[tuple[int, int | str], ...]:
+    """A sort key that orders turn ids as people read them: ``10-1_2`` before ``10-1_14``, ``9-1`` before ``10-1``."""
+    import re
+
+    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", turn_id) if part)

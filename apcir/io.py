@@ -497,12 +497,15 @@ def read_record_log(path: Path, model: type[R], what: str) -> dict[str, R]:
 class RecordAppender(Generic[R]):
     """Appends records to an open log, one line each, flushed at once (a crash loses at most the line being written)."""
 
-    def __init__(self, handle: IO[str], advance: Callable[[int], None]):
+    def __init__(self, handle: IO[str], advance: Callable[[int], None], start: Callable[[], None] | None = None):
         self.handle = handle
         self.advance = advance
+        self.start = start
         self.records: list[R] = []
 
     def __call__(self, record: R) -> None:
+        if not self.records and self.start is not None:
+            self.start()  # once, before the first record of this call
         self.handle.write(record.model_dump_json() + "\n")
         self.handle.flush()
         self.records.append(record)

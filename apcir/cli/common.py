@@ -25,12 +25,13 @@ def print_json(data: Any) -> None:
 
 
 def means_table(title: str, measures: dict[str, float]) -> Table:
-    """A two-column table of measure means, four decimals (trec_eval's precision)."""
-    table = Table(title=title)
+    """A two-column table of measure means x100 (the scale of every human table of apcir), two decimals (trec_eval's
+    four); JSON keeps the raw values."""
+    table = Table(title=f"{title} (x100)")
     table.add_column("measure")
-    table.add_column("mean", justify="right")
+    table.add_column("mean x100", justify="right")
     for name, value in measures.items():
-        table.add_row(name, f"{value:.4f}")
+        table.add_row(name, f"{100 * value:.2f}")
     return table
 
 

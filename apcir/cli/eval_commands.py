@@ -16,6 +16,7 @@ from apcir.errors import ApcirError
 from apcir.evaluation.responses import ResponseMetrics, evaluate_responses
 from apcir.evaluation.settings import JudgeSettings
 from apcir.evaluation.stage import compare_runs
+from apcir.ids import natural_key
 from apcir.io import check_writable, refuse_inputs_as_outputs, write_text
 
 
@@ -41,9 +42,17 @@ def evaluate_command(
         None, "--baseline", "-b", help="With several runs: the run the others are tested against (default: the first)."
     ),
     per_turn: bool = typer.Option(False, "--per-turn", help="Also report every turn's values."),
+    test: str = typer.Option("t-test", "--test", help="Significance test: t-test (the paper's), randomisation or "
+                                                     "bootstrap (paired, two-sided)."),
+    correction: str = typer.Option("bonferroni", "--correction", help="Over the runs compared: none, bonferroni "
+                                                                     "(the paper's) or holm."),
+    alpha: float = typer.Option(0.05, "--alpha", help="Significance level."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Evaluate runs with trec_eval's measures (through pytrec_eval); several runs are compared in one table."""
+    from apcir.metrics import SignificanceSettings
+
+    significance = settings(SignificanceSettings, test=test, correction=correction, alpha=alpha)
     paths = list(runs)
     if baseline is not None and baseline not in paths:
         paths.insert(0, baseline)
@@ -56,24 +65,25 @@ def evaluate_command(
         loaded[label] = run_file.run
     base = labels[paths.index(baseline)] if baseline is not None else labels[0]
     comparison = compare_runs(loaded, datasets.qrels(qrels), measures, baseline=base, rel_threshold=rel_threshold,
-                              complete=complete, qrels_name=qrels)
+                              complete=complete, qrels_name=qrels, significance=significance)
     if as_json:
         _print_json(comparison, labels, per_turn, rel_threshold, complete)
         return
     if per_turn:
         for label, result in comparison.evaluations.items():
-            table = Table(title=f"{label} per turn")
+            table = Table(title=f"{label} per turn (x100)")
             table.add_column("turn")
             for name in result.measures:
                 table.add_column(name, justify="right")
-            for turn, values in result.per_turn.items():
-                table.add_row(turn, *(f"{v:.4f}" for v in values.values()))
+            for turn, values in sorted(result.per_turn.items(), key=lambda item: natural_key(item[0])):
+                table.add_row(turn, *(f"{100 * v:.2f}" for v in values.values()))
             console.print(table)
     if len(loaded) == 1:
         only = next(iter(comparison.evaluations.values()))
         console.print(means_table(f"{labels[0]} vs {qrels}", only.measures))
     else:
         console.print(_comparison_table(comparison, qrels))
+        console.print(_tests_table(comparison))
     averaging = (
         "judged turns missing from the run count as 0 (trec_eval -c)"
         if complete
@@ -88,10 +98,21 @@ def evaluate_command(
     console.print(f"relevance threshold for binary measures: grade >= {rel_threshold}; {averaging}", highlight=False)
 
 
+def _tests_table(comparison) -> Table:  # type: ignore[no-untyped-def]
+    table = Table(title=f"each run against {comparison.baseline}: difference, p-values and effect size "
+                        f"({comparison.significance.caption(len(comparison.evaluations) - 1)})")
+    for column in ("run", "measure", "difference x100", "p", "p corrected", "Cohen's d", ""):
+        table.add_column(column, justify="left" if column in ("run", "measure") else "right")
+    for test in comparison.tests:
+        table.add_row(test.system, test.measure, f"{100 * (test.mean_system - test.mean_baseline):+.2f}",
+                      f"{test.p_value:.4g}", f"{test.p_corrected:.4g}", f"{test.effect_size:+.2f}", test.marker)
+    return table
+
+
 def _comparison_table(comparison, qrels: str) -> Table:  # type: ignore[no-untyped-def]
     others = len(comparison.evaluations) - 1
-    table = Table(title=f"runs vs {qrels}; † / ↓: significantly better / worse than {comparison.baseline} "
-                        f"(paired t-test, p < 0.05, Bonferroni over {others} run(s))")
+    table = Table(title=f"runs vs {qrels} (x100); † / ↓: significantly better / worse than {comparison.baseline} "
+                        f"({comparison.significance.caption(others)})")
     table.add_column("run")
     for name in comparison.measures:
         table.add_column(name, justify="right")
@@ -100,7 +121,7 @@ def _comparison_table(comparison, qrels: str) -> Table:  # type: ignore[no-untyp
         cells = []
         for name in comparison.measures:
             test = marks.get((label, name))
-            cells.append(f"{result.measures[name]:.4f}{test.marker if test else ''}")
+            cells.append(f"{100 * result.measures[name]:.2f}{test.marker if test else ''}")
         table.add_row(label + (" (baseline)" if label == comparison.baseline else ""), *cells)
     return table
 

@@ -68,7 +68,7 @@ def _weights_table(title: str, weights: WeightsFile, show_scores: bool = True) -
         table.add_column(f"w{i + 1}", justify="right")
     table.add_column("turns", justify="right")
     if show_scores:
-        table.add_column("objective", justify="right")
+        table.add_column("objective x100", justify="right")
         for name in weights.objective:
             table.add_column(name, justify="right")
     table.add_column("note")
@@ -78,8 +78,8 @@ def _weights_table(title: str, weights: WeightsFile, show_scores: bool = True) -
     for level, lw in rows:
         cells = [level, *(f"{w:.2f}" for w in lw.weights), str(lw.n_turns)]
         if show_scores:
-            cells.append("" if lw.score is None else f"{lw.score:.4f}")
-            cells.extend(f"{lw.measures[n]:.4f}" if n in lw.measures else "" for n in weights.objective)
+            cells.append("" if lw.score is None else f"{100 * lw.score:.2f}")
+            cells.extend(f"{100 * lw.measures[n]:.2f}" if n in lw.measures else "" for n in weights.objective)
         cells.append("fallback: " + lw.note if lw.fallback else "")
         table.add_row(*cells)
     return table
@@ -188,9 +188,9 @@ def tune_command(
         console.print(table)
         metrics = Table(title="OUT-OF-FOLD metrics (each turn fused with weights tuned without its conversation)")
         metrics.add_column("measure")
-        metrics.add_column("mean", justify="right")
+        metrics.add_column("mean x100", justify="right")
         for name, value in result.evaluation.measures.items():
-            metrics.add_row(name, f"{value:.4f}")
+            metrics.add_row(name, f"{100 * value:.2f}")
         console.print(metrics)
         if cv_run is not None:
             console.print(f"out-of-fold run written to {cv_run}", highlight=False)

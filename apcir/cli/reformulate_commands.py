@@ -10,6 +10,7 @@ from rich.table import Table
 
 from apcir import datasets
 from apcir.cli.common import console, print_batch_summary, print_json, settings
+from apcir.console import rule
 from apcir.errors import ApcirError
 from apcir.io import refuse_inputs_as_outputs
 from apcir.reformulate.options import ReformulatorOptions, parse_map
@@ -151,9 +152,9 @@ def prompt_command(
                         "demonstrations": prompt.demonstrations, "messages": prompt.messages})
             return
         for message in prompt.messages:
-            console.rule(message["role"])
+            rule(message["role"])
             console.print(message["content"], markup=False, highlight=False)
-        console.rule()
+        rule()
         console.print(
             f"{prompt.characters} characters, ~{estimate_tokens(''.join(m['content'] for m in prompt.messages))} "
             f"tokens (characters/4); demonstrations {', '.join(prompt.demonstrations) or 'none'}; hash {prompt.hash}",

@@ -19,6 +19,11 @@ def report_command(
     baseline: str | None = typer.Option(
         None, "--baseline", "-b", help="System the significance tests compare against (default: the config's)."
     ),
+    test: str | None = typer.Option(None, "--test", help="t-test, randomisation or bootstrap (default: the config's, "
+                                                         "else the paper's t-test)."),
+    correction: str | None = typer.Option(None, "--correction", help="none, bonferroni or holm (default: the "
+                                                                     "config's, else bonferroni)."),
+    alpha: float | None = typer.Option(None, "--alpha", help="Significance level (default: the config's, else 0.05)."),
 ) -> None:
     """Write report.md and PNG plots in the layout of the APCIR paper's tables."""
     runs = [read_metrics(d) for d in run_dirs]
@@ -31,7 +36,12 @@ def report_command(
     names = [r.name for r in runs]
     if len(set(names)) < len(names):  # same experiment name twice: tell them apart by directory
         runs = [r.model_copy(update={"name": str(d)}) for r, d in zip(runs, run_dirs)]
-    path = write_report(runs, target_dir, baseline)
+    from apcir.cli.common import settings
+    from apcir.metrics import SignificanceSettings
+
+    given = {k: v for k, v in {"test": test, "correction": correction, "alpha": alpha}.items() if v is not None}
+    significance = settings(SignificanceSettings, **(runs[0].significance.model_dump() | given))
+    path = write_report(runs, target_dir, baseline, significance, run_dirs=list(run_dirs))
     console.print(f"report written to {path}")
 
 

@@ -57,6 +57,9 @@ def run_command(
     max_prompt_tokens: int | None = typer.Option(
         None, "--max-prompt-tokens", min=16, help="Override max_prompt_tokens of the stages that ask a model (the "
         "server's context window minus max_tokens)."),
+    judged_only: bool = typer.Option(
+        False, "--judged-only", help="Only the turns the evaluation qrels judge (all that the passage measures "
+        "score; PTKB and response measures then cover those turns only)."),
     output_dir: str | None = typer.Option(None, "--output-dir", "-o", help="Override the run directory."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars (logs, CI)."),
 ) -> None:
@@ -89,6 +92,18 @@ def run_command(
     data["respond"] = respond
     if output_dir:
         data["output_dir"] = output_dir
+    if judged_only:
+        from apcir import datasets
+
+        qrels = (data.get("evaluation") or {}).get("qrels")
+        if not qrels:
+            raise ApcirError("--judged-only needs [evaluation] qrels in the config")
+        judged = datasets.qrels(qrels)
+        chosen = [t.turn_id for t in datasets.select_turns(data.get("topics", "ikat23-test"), data.get("turns"))
+                  if t.turn_id in judged]
+        if not chosen:
+            raise ApcirError(f"--judged-only: no turn of the topics is judged in {qrels}")
+        data["turns"] = chosen
     experiment = validate_config(data, path)
     report = run_experiment(experiment, console, progress=not no_progress)
     if report.metrics is not None:

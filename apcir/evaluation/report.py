@@ -2,8 +2,12 @@
 
 Table 1 (overall), Table 2 (weight identification), Table 4 (fusion
 strategies), Table 5 (LLM levels against the annotators' PTKB provenance) and
-Table 6 (nDCG@3 per level), with paired t-tests (Bonferroni) against a named
-baseline: ``†`` marks a significant improvement, ``↓`` a significant loss.
+Table 6 (nDCG@3 per level), with significance tests against a named baseline
+(the paper's paired t-test with Bonferroni by default; randomisation and bootstrap
+tests, Holm's correction, any alpha): ``†`` marks a significant improvement, ``↓``
+a significant loss. One correction family serves the whole report (every system
+of a run against the baseline, per measure), so a pair is marked the same in
+every table. Every table is also written as CSV and LaTeX (booktabs).
 With re-ranked systems, Table 1's "+Reranking" rows (each system before and
 after re-ranking) and the retriever x re-ranker grid of the paper's Fig. 5 (one
 row per run directory, i.e. per retriever; one column per re-ranker; APCIR's
@@ -14,11 +18,12 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 from apcir.evaluation.results import GROUPS, RunMetrics
 from apcir.io import atomic_write, write_text
-from apcir.metrics.significance import Comparison, paired_t_tests
+from apcir.metrics.significance import Comparison, SignificanceSettings, compare_with
 from apcir.rerank.registry import RERANKERS
 from apcir.retrieval.registry import BACKENDS
 
@@ -35,24 +40,38 @@ def _qualified(runs: list[RunMetrics]) -> dict[str, tuple[RunMetrics, str]]:
     return keys
 
 
-def metric_table(runs: list[RunMetrics], group: str, baseline: str | None) -> str:
-    """A Markdown table of the systems in ``group`` with significance markers against ``baseline``."""
+def family_tests(runs: list[RunMetrics], baseline: str | None,
+                 settings: SignificanceSettings) -> dict[tuple[str, str], Comparison]:
+    """The report's one correction family: every system of a run against that run's ``baseline``, per measure.
+    Every table of the report takes its marks from here, so a pair is marked the same wherever it appears."""
+    markers: dict[tuple[str, str], Comparison] = {}
+    if baseline is None:
+        return markers
+    for run in runs:
+        if baseline not in run.systems:
+            continue
+        per_turn = {(k if len(runs) > 1 else s): run.systems[s].per_turn for k, (r, s) in _qualified(runs).items()
+                    if r is run}
+        base_key = baseline if len(runs) == 1 else f"{run.name}/{baseline}"
+        for tested in compare_with(per_turn, base_key, run.measures, settings):
+            markers[(tested.system, tested.measure)] = tested
+    return markers
+
+
+def family_size(markers: dict[tuple[str, str], Comparison]) -> int:
+    return len({system for system, _ in markers})
+
+
+def metric_rows(runs: list[RunMetrics], group: str, baseline: str | None,
+                markers: dict[tuple[str, str], Comparison]) -> tuple[list[str], list[list[str]]]:
+    """The header and rows (x100, with marks) of the systems in ``group``."""
     measures = runs[0].measures
     keys = {k: v for k, v in _qualified(runs).items() if group in v[0].systems[v[1]].groups}
-    if not keys:
-        return "_no system in this group_\n"
-    markers: dict[tuple[str, str], Comparison] = {}
     base_key = None
-    if baseline is not None:
-        for run in runs:
-            if baseline in run.systems:
-                candidates = {k: v for k, v in keys.items() if v[0] is run}
-                per_turn = {k: run.systems[s].per_turn for k, (_, s) in candidates.items()}
-                base_key = baseline if len(runs) == 1 else f"{run.name}/{baseline}"
-                per_turn[base_key] = run.systems[baseline].per_turn
-                for tested in paired_t_tests(per_turn, base_key, measures):
-                    markers[(tested.system, tested.measure)] = tested
-    lines = ["| system | " + " | ".join(measures) + " |", "|---" * (len(measures) + 1) + "|"]
+    for run in runs:
+        if baseline is not None and baseline in run.systems:
+            base_key = baseline if len(runs) == 1 else f"{run.name}/{baseline}"
+    rows = []
     for key, (run, system) in keys.items():
         result = run.systems[system]
         label = result.label + (" (tuned on test)" if result.tuned_on_test else "")
@@ -63,10 +82,57 @@ def metric_table(runs: list[RunMetrics], group: str, baseline: str | None) -> st
         cells = []
         for measure in measures:
             comparison = markers.get((key, measure))
-            marker = comparison.marker if comparison else ""
-            cells.append(f"{100 * result.means[measure]:.1f}{marker}")
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+            cells.append(f"{100 * result.means[measure]:.1f}{comparison.marker if comparison else ''}")
+        rows.append([label, *cells])
+    return ["system", *measures], rows
+
+
+def markdown(header: list[str], rows: list[list[str]]) -> str:
+    if not rows:
+        return "_no system in this group_\n"
+    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
+
+
+def csv_text(header: list[str], rows: list[list[str]]) -> str:
+    import csv
+    import io
+
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def latex(header: list[str], rows: list[list[str]], caption: str) -> str:
+    """A booktabs table; marks become LaTeX (``$^\\dagger$``, ``$\\downarrow$``)."""
+    def cell(text: str) -> str:
+        text = text.replace("\\", "\\textbackslash{}")
+        for char in "&%$#_{}":
+            text = text.replace(char, "\\" + char)
+        return text.replace("†", "$^\\dagger$").replace("↓", "$^\\downarrow$").replace("x100", "$\\times$100")
+
+    columns = "l" + "r" * (len(header) - 1)
+    lines = ["\\begin{table}[t]", "\\centering", f"\\caption{{{cell(caption)}}}", f"\\begin{{tabular}}{{{columns}}}",
+             "\\toprule", " & ".join(cell(h) for h in header) + " \\\\", "\\midrule"]
+    lines += [" & ".join(cell(c) for c in row) + " \\\\" for row in rows]
+    lines += ["\\bottomrule", "\\end{tabular}", "\\end{table}"]
     return "\n".join(lines) + "\n"
+
+
+def metric_table(runs: list[RunMetrics], group: str, baseline: str | None,
+                 markers: dict[tuple[str, str], Comparison] | None = None) -> str:
+    """A Markdown table of the systems in ``group`` with significance markers against ``baseline``."""
+    if markers is None:
+        markers = family_tests(runs, baseline, runs[0].significance)
+    return markdown(*metric_rows(runs, group, baseline, markers))
+
+
+def significance_rows(markers: dict[tuple[str, str], Comparison]) -> tuple[list[str], list[list[str]]]:
+    rows = [[key[0], key[1], f"{100 * (c.mean_system - c.mean_baseline):+.1f}", f"{c.p_value:.3g}",
+             f"{c.p_corrected:.3g}", f"{c.effect_size:+.2f}", c.marker or "-"] for key, c in markers.items()]
+    return ["system", "measure", "difference x100", "p", "p corrected", "Cohen's d", "mark"], rows
 
 
 def level_table(runs: list[RunMetrics], measure: str = "nDCG@3") -> str:
@@ -225,6 +291,35 @@ def plot_grid(runs: list[RunMetrics], out: Path, system: str = "apcir") -> Path:
     return path
 
 
+def figures(runs: list[RunMetrics], out: Path, baseline: str, run_dirs: Sequence[Path]) -> list[str]:
+    """The paper-ready figures (PNG and PDF) of each run, as Markdown lines."""
+    from apcir.evaluation import plots
+
+    parts = ["## Figures (PNG and PDF)", ""]
+    measure = "nDCG@3"
+    for n, run in enumerate(runs):
+        if measure not in run.measures:
+            continue
+        drawn: list[Path] = []
+        if "apcir" in run.systems and baseline in run.systems:
+            drawn += plots.turn_differences(run, out, "apcir", baseline, measure)
+        shown = [s for s in ("apcir", baseline, "no-levels", "equal", "manual") if s in run.systems]
+        drawn += plots.levels_with_ci(run, out, list(dict.fromkeys(shown)), measure)
+        if "apcir" in run.systems and "equal" in run.systems:
+            drawn += plots.tuned_vs_equal(run, out, measure)
+        if n < len(run_dirs):
+            drawn += plots.weight_landscape(run, run_dirs[n], out)
+        parts += [f"![{p.stem}]({p.name})" for p in drawn if p.suffix == ".png"] + [""]
+    return parts
+
+
+def _save_table(out: Path, name: str, header: list[str], rows: list[list[str]], caption: str) -> None:
+    if not rows:
+        return
+    write_text(out / "tables" / f"{name}.csv", csv_text(header, rows))
+    write_text(out / "tables" / f"{name}.tex", latex(header, rows, caption))
+
+
 def response_section(runs: list[RunMetrics]) -> list[str]:
     """The responses' measures x100, overall and per LLM level (as Table 6 does for retrieval)."""
     parts: list[str] = []
@@ -267,10 +362,16 @@ def ptkb_section(runs: list[RunMetrics]) -> list[str]:
     return parts
 
 
-def write_report(runs: list[RunMetrics], out: Path, baseline: str | None = None) -> Path:
-    """Write ``report.md`` (and PNG plots) into ``out``; returns the Markdown file."""
+def write_report(runs: list[RunMetrics], out: Path, baseline: str | None = None,
+                 significance: SignificanceSettings | None = None, run_dirs: Sequence[Path] = ()) -> Path:
+    """Write ``report.md`` (its tables also as CSV and LaTeX under ``tables/``, and plots) into ``out``; returns
+    the Markdown file. ``significance``: the test, correction and alpha (default: the first run's config's)."""
     out.mkdir(parents=True, exist_ok=True)
     baseline = baseline or runs[0].baseline
+    settings = significance or runs[0].significance
+    markers = family_tests(runs, baseline, settings)
+    caption = (f"x100; †/↓: significantly better/worse than {baseline} ({settings.caption(family_size(markers))}; "
+               "one correction family for the whole report)")
     parts = ["# apcir report", ""]
     for run in runs:
         parts.append(
@@ -281,13 +382,25 @@ def write_report(runs: list[RunMetrics], out: Path, baseline: str | None = None)
     parts += [
         "",
         f"Numbers are trec_eval's x100. `†`/`↓`: significantly better/worse than `{baseline}` "
-        "(paired t-test, p < 0.05, Bonferroni-corrected over the systems of the table).",
+        f"({settings.caption(family_size(markers))}); the correction family is every system of a run against "
+        "it, per measure, the same in every table. Each table is also in `tables/` as CSV (x100, as shown) and "
+        "LaTeX (booktabs).",
         "",
     ]
     for group, title in GROUPS.items():
         if group == "rerank" and not any(s.reranker for run in runs for s in run.systems.values()):
             continue
-        parts += [f"## {title}", "", metric_table(runs, group, baseline)]
+        header, rows = metric_rows(runs, group, baseline, markers)
+        parts += [f"## {title}", "", markdown(header, rows)]
+        _save_table(out, f"table-{group}", header, rows, f"{title} ({caption})")
+    if markers:
+        header, rows = significance_rows(markers)
+        parts += ["## Significance against the baseline", "",
+                  f"Every test of the report: {settings.caption(family_size(markers))}; the p-values before and "
+                  "after the correction, and the effect size (Cohen's d of the per-turn differences).", "",
+                  markdown(header, rows)]
+        _save_table(out, "significance", header, rows, f"Significance against {baseline}: "
+                    f"{settings.caption(family_size(markers))}")
     if has_grid(runs):
         parts += ["## Retriever x re-ranker (Fig. 5)", "",
                   "APCIR's numbers for each retriever (one run directory each) without and with each re-ranker "
@@ -309,6 +422,7 @@ def write_report(runs: list[RunMetrics], out: Path, baseline: str | None = None)
         parts += ["## PTKB statement ranking", "", *ptkb_section(runs)]
     for path in plot_levels(runs, out):
         parts += [f"![{path.stem}]({path.name})", ""]
+    parts += figures(runs, out, baseline, run_dirs)
     report = out / "report.md"
     write_text(report, "\n".join(parts))
     return report

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field, ValidationError
 from apcir.errors import ApcirError
 from apcir.evaluation.responses import ResponseMetrics
 from apcir.io import read_json, write_text
+from apcir.metrics.significance import SignificanceSettings
 
 METRICS_FILE = "metrics.json"
 
@@ -74,6 +75,8 @@ class RunMetrics(BaseModel):
     rerankers: dict[str, RerankerInfo] = Field(default_factory=dict, description="re-rankers by key (grid columns)")
     responses: ResponseMetrics | None = Field(None, description="the responses' ROUGE-L, citations and judge scores")
     ptkb: PtkbMetrics | None = Field(None, description="the PTKB statement rankings (with ptkb_qrels)")
+    significance: SignificanceSettings = Field(default_factory=SignificanceSettings,
+                                               description="how the report tests systems against the baseline")
 
 
 def write_metrics(metrics: RunMetrics, run_dir: Path) -> Path:

@@ -6,6 +6,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from apcir.llm.settings import LLM_FIELDS, LLMSettings, refuse_unused
 from apcir.metrics.measures import parse_measures
+from apcir.metrics.significance import CorrectionName, SignificanceSettings, TestName
 
 
 class JudgeSettings(LLMSettings):
@@ -28,11 +29,18 @@ class EvaluationSettings(BaseModel):
     rel_threshold: int = Field(1, ge=1, description="lowest grade binary measures count as relevant (trec_eval -l)")
     complete: bool = Field(False, description="count judged turns missing from a run as 0 (trec_eval -c)")
     baseline: str = Field("no-personalisation", description="system the significance tests compare against")
+    test: TestName = Field("t-test", description="significance test: t-test (the paper's), randomisation, bootstrap")
+    correction: CorrectionName = Field("bonferroni", description="over the systems of the report: none, bonferroni "
+                                       "(the paper's), holm")
+    alpha: float = Field(0.05, gt=0, lt=1, description="significance level")
     ptkb_qrels: str | None = Field(
         None, description="PTKB statement qrels (ikat23-test-ptkb): evaluate the PTKB ranking and its baselines"
     )
     ptkb_measures: list[str] = Field(default_factory=lambda: ["ptkb"], description="measures of the PTKB ranking")
     judge: JudgeSettings = Field(default_factory=JudgeSettings, description="LLM judge of the responses (off)")
+
+    def significance(self) -> SignificanceSettings:
+        return SignificanceSettings(test=self.test, correction=self.correction, alpha=self.alpha)
 
     @field_validator("measures", "ptkb_measures")
     @classmethod

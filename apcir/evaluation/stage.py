@@ -6,14 +6,22 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from apcir.contract.records import Qrels, Run, Turn
 from apcir.errors import ApcirError
 from apcir.evaluation.results import PtkbMetrics, RerankerInfo, RunMetrics, SystemResult, TurnInfo
 from apcir.evaluation.settings import EvaluationSettings
 from apcir.fusion.systems import SYSTEMS
-from apcir.metrics import Comparison, Evaluation, check_judged, evaluate, paired_t_tests, parse_measures
+from apcir.metrics import (
+    Comparison,
+    Evaluation,
+    SignificanceSettings,
+    check_judged,
+    compare_with,
+    evaluate,
+    parse_measures,
+)
 
 
 def system_result(name: str, evaluation: Evaluation, tuned_on_test: bool = False,
@@ -89,7 +97,7 @@ def evaluate_systems(
         protocol=protocol, systems=results,
         turns={t.turn_id: TurnInfo(level=levels.get(t.turn_id), human_personalised=bool(t.ptkb_provenance))
                for t in turns},
-        backend=backend, encoder=encoder, rerankers=rerankers,
+        backend=backend, encoder=encoder, rerankers=rerankers, significance=settings.significance(),
     )
 
 
@@ -122,6 +130,7 @@ class RunComparison:
     baseline: str
     tests: list[Comparison]
     measures: list[str]
+    significance: SignificanceSettings = field(default_factory=SignificanceSettings)
 
 
 def compare_runs(
@@ -133,8 +142,10 @@ def compare_runs(
     rel_threshold: int = 1,
     complete: bool = False,
     qrels_name: str = "the qrels",
+    significance: SignificanceSettings | None = None,
 ) -> RunComparison:
-    """Evaluate every run; test each against ``baseline`` (default: the first) with Bonferroni over the others."""
+    """Evaluate every run; test each against ``baseline`` (default: the first), one correction family per measure
+    (the paper's t-test and Bonferroni unless ``significance`` says otherwise)."""
     if not runs:
         raise ApcirError("no run to evaluate")
     chosen = parse_measures(measures)
@@ -145,5 +156,7 @@ def compare_runs(
                                    qrels_name=qrels_name, run_name=label if len(runs) > 1 else None)
                    for label, run in runs.items()}
     names = [m.name for m in chosen]
-    tests = paired_t_tests({label: e.per_turn for label, e in evaluations.items()}, base, names) if len(runs) > 1 else []
-    return RunComparison(evaluations, base, tests, names)
+    settings = significance or SignificanceSettings()
+    tests = compare_with({label: e.per_turn for label, e in evaluations.items()}, base, names, settings) \
+        if len(runs) > 1 else []
+    return RunComparison(evaluations, base, tests, names, settings)

@@ -102,6 +102,30 @@ class ExperimentConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _tuning_rewrites_cover_the_tuning_topics(self) -> ExperimentConfig:
+        """A ``file:`` reformulator of the tuning leg that holds no turn of some tuning topics is refused now,
+        naming them, rather than tuning on fallbacks (see fusion.weights.tune_llm)."""
+        weights = self.fusion.weights
+        tuner = weights.tune_llm or self.reformulator.llm
+        if weights.source != "tune" or not weights.tune_topics or not tuner.startswith("file:"):
+            return self
+        from apcir.reformulate.file import file_path, read_fields
+
+        try:
+            fields, _ = read_fields(file_path(tuner), {} if weights.tune_llm else self.reformulator.map)
+            turns = datasets.topics(weights.tune_topics)
+        except ApcirError as exc:
+            raise ValueError(f"fusion.weights: {exc}") from None
+        lacking = sorted({t.conversation_id for t in turns} - {t.conversation_id for t in turns if t.turn_id in fields})
+        if lacking:
+            shown = ", ".join(lacking[:8]) + (" ..." if len(lacking) > 8 else "")
+            which = "fusion.weights.tune_llm" if weights.tune_llm else "reformulator.llm"
+            raise ValueError(f"{which} {tuner!r} holds no turn of {len(lacking)} of the {weights.tune_topics} "
+                             f"topics the weights are tuned on ({shown}); give the tuning leg its own rewrites with "
+                             "fusion.weights.tune_llm = \"file:...\" (or another reformulator)")
+        return self
+
+    @model_validator(mode="after")
     def _format_of_the_topics(self) -> ExperimentConfig:
         """``export.format`` defaults to the topics' year's; another year's format is refused (see the export)."""
         try:

@@ -205,8 +205,13 @@ class Experiment:
         from apcir.retrieval.stage import ensure_index
 
         self.say("[bold]index[/] ...")
+        started = time.perf_counter()
         index_dir, message = ensure_index(self.config.retrieval, progress=self.progress)
-        self.say(f"  index: {message}")
+        seconds = time.perf_counter() - started
+        reused = "up to date" in message or "used as it is" in message
+        self.report.outcomes.append(StageOutcome("index", not reused, seconds, message))
+        state = "reused (up to date)" if reused else f"done in {seconds:.1f}s"
+        self.say(f"  index: {state}: {message}")
         return index_dir
 
     def backend(self, index_dir: Path) -> Any:
@@ -259,7 +264,15 @@ class Experiment:
         tune_dir = self.run_dir / "tune"
         turns = datasets.topics(weights_cfg.tune_topics)
         refs = tune_dir / "reformulations.jsonl"
-        records = self.reformulate("reformulate:tune", turns, weights_cfg.tune_topics, cfg.reformulator, refs)
+        tuner = cfg.reformulator if not weights_cfg.tune_llm else \
+            cfg.reformulator.model_copy(update={"llm": weights_cfg.tune_llm})
+        records = self.reformulate("reformulate:tune", turns, weights_cfg.tune_topics, tuner, refs)
+        failed = [t.turn_id for t in turns if records.get(t.turn_id) is None or records[t.turn_id].status == "failed"]
+        if turns and len(failed) == len(turns):
+            raise ApcirError(f"every one of the {len(turns)} tuning turns ({tune_topics}) failed to reformulate, so "
+                             f"there is nothing to tune on: give the tuning leg a reformulator that covers them "
+                             f"(fusion.weights.tune_llm), or other tune_topics; first error: "
+                             f"{records[failed[0]].error if failed[0] in records else 'no record'}")
         lists = {name: tune_dir / "lists" / f"{name}.run" for name in LIST_NAMES}
         self.retrieve("retrieve:tune", index_dir, records, refs, {n: n for n in LIST_NAMES}, lists)
         variants = [n for n in tuned_names(["apcir", *names]) if n != "no-levels"]
@@ -271,6 +284,7 @@ class Experiment:
                   "variants": variants}
 
         def work() -> str:
+            self.refuse_unjudged_tuning(turns, [self.read_run(p) for p in lists.values()], tune_qrels, index_dir)
             target = FusionInputs(
                 lists=[self.read_run(p) for p in lists.values()], levels=levels_of(records),
                 qrels=datasets.qrels(tune_qrels), qrels_name=tune_qrels,
@@ -284,6 +298,26 @@ class Experiment:
 
         self.stage("tune", inputs, list(outs.values()), work)
         return {name: load_weights(path) for name, path in outs.items()}
+
+    def refuse_unjudged_tuning(self, turns: list[Turn], lists: list[Run], qrels_name: str, index_dir: Path) -> None:
+        """Refuse, before the search, tuning lists in which no passage is judged (every weight would score 0 and
+        the tie rule would choose), with the likely cause: the collection lacks the judged passages."""
+        qrels = datasets.qrels(qrels_name)
+        judged_turns = [t.turn_id for t in turns if t.turn_id in qrels]
+        if not judged_turns:
+            raise ApcirError(f"none of the tuning topics' {len(turns)} turns is judged in {qrels_name}: nothing to "
+                             "tune on (are these the tuning topics' qrels?)")
+        judged = {p for t in judged_turns for p in qrels[t]}
+        retrieved = {p for run in lists for t in judged_turns for p in run.get(t, {})}
+        if retrieved & judged:
+            return
+        store = self.passage_texts(index_dir)
+        found = len(store.texts(judged)) if store is not None else None
+        cause = (f"the collection holds {found} of the {len(judged)} passages {qrels_name} judges for these turns"
+                 if found is not None else "the collection likely lacks the passages these qrels judge")
+        raise ApcirError(f"no passage retrieved for the {len(judged_turns)} judged tuning turns is judged in "
+                         f"{qrels_name}: {cause}; tuning would score every weight 0. Tune on topics whose passages "
+                         "the collection holds, or index the collection that holds them")
 
     # ---- stage 3: fusion ---------------------------------------------------------------------
     def fuse(self, turns: list[Turn], records: dict[str, ReformulationRecord], list_paths: list[Path],
@@ -769,7 +803,7 @@ def _check_outputs(exp: Experiment, turns: list[Turn], submission: Path) -> None
     else:
         exp.say(f"submission {submission} passes the offline iKAT checks ({len(turns)} turns)")
     if exp.report.metrics is not None:
-        report = write_report([exp.report.metrics], exp.run_dir / "report")
+        report = write_report([exp.report.metrics], exp.run_dir / "report", run_dirs=[exp.run_dir])
         exp.say(f"report: {report}")
     from apcir.evaluation.inspector import INSPECT_FILE, write_inspector
 

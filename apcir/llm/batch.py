@@ -50,15 +50,35 @@ def summary_path_for(out: Path) -> Path:
 
 
 @contextmanager
-def appending(out: Path, what: str, description: str, total: int, progress: bool) -> Iterator[RecordAppender[Any]]:
-    """A :class:`RecordAppender` on ``out`` (opened for appending; folders made) under a progress bar of ``total``."""
+def appending(out: Path, what: str, description: str, total: int, progress: bool,
+              settings: dict[str, Any] | None = None) -> Iterator[RecordAppender[Any]]:
+    """A :class:`RecordAppender` on ``out`` (opened for appending; folders made) under a progress bar of ``total``.
+
+    ``settings`` (those that shape the records) are written into the summary beside ``out`` just before the first
+    record, so a resume can check them (:func:`check_resume`). A call that writes no record leaves no new file: an
+    output it created stays absent, so a failed start (a missing input, a bad option) leaves nothing behind."""
+    existed = out.exists()
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         handle = out.open("a", encoding="utf-8")
     except OSError as exc:
         raise ApcirError(f"cannot write the {what}: {exc.strerror}", path=out) from None
-    with handle, progress_bar(description, total, enabled=progress) as advance:
-        yield RecordAppender(handle, advance)
+
+    def start() -> None:
+        if settings is not None:
+            from apcir.io import write_json
+
+            summary = BatchSummary(out=str(out), summary_path=str(summary_path_for(out)), turns=0, settings=settings)
+            write_json(summary_path_for(out), summary.model_dump(), indent=2)
+
+    writer: RecordAppender[Any] | None = None
+    try:
+        with handle, progress_bar(description, total, enabled=progress) as advance:
+            writer = RecordAppender(handle, advance, start)
+            yield writer
+    finally:
+        if not existed and (writer is None or not writer.records) and out.exists() and out.stat().st_size == 0:
+            out.unlink()
 
 
 def batch_counts(writer: RecordAppender[Any], accounting: Accounting, started: float) -> dict[str, Any]:
@@ -76,8 +96,8 @@ def batch_counts(writer: RecordAppender[Any], accounting: Accounting, started: f
 
 
 def check_resume(out: Path, settings: dict[str, Any], what: str, *, redo: bool = False) -> None:
-    """Make sure the records already in ``out`` were made with ``settings`` (the ones that shape them), and
-    record ``settings`` beside ``out`` (in its summary) before any record is added.
+    """Make sure the records already in ``out`` were made with ``settings`` (the ones that shape them; the
+    summary records them before the first record, see :func:`appending`).
 
     Records made with other settings are never mixed with new ones: the call stops with
     :class:`~apcir.errors.StaleOutput` (exit 1) naming every setting that changed, or, with ``redo``
@@ -87,7 +107,6 @@ def check_resume(out: Path, settings: dict[str, Any], what: str, *, redo: bool =
 
     from apcir.console import warn
     from apcir.errors import StaleOutput
-    from apcir.io import write_json
 
     summary_file = summary_path_for(out)
     settings = json.loads(json.dumps(settings))  # as they read back from the summary (tuples become lists)
@@ -113,5 +132,3 @@ def check_resume(out: Path, settings: dict[str, Any], what: str, *, redo: bool =
                               "them, or choose another --out", path=out)
         warn(f"{out}: settings changed ({changed}); its {what} are redone")
         out.unlink()
-    start = BatchSummary(out=str(out), summary_path=str(summary_file), turns=0, settings=settings)
-    write_json(summary_file, start.model_dump(), indent=2)

@@ -5,8 +5,8 @@ these measures, and the evaluation stage reports them.
 """
 
 from apcir.metrics.measures import MEASURE_SETS, Measure, parse_measures
-from apcir.metrics.significance import Comparison, paired_t_tests
+from apcir.metrics.significance import Comparison, SignificanceSettings, compare_with, paired_t_tests
 from apcir.metrics.trec_eval import Evaluation, check_judged, evaluate
 
-__all__ = ["MEASURE_SETS", "Comparison", "Evaluation", "Measure", "check_judged", "evaluate", "paired_t_tests",
+__all__ = ["MEASURE_SETS", "Comparison", "SignificanceSettings", "compare_with", "Evaluation", "Measure", "check_judged", "evaluate", "paired_t_tests",
            "parse_measures"]

@@ -101,8 +101,9 @@ def check_judged(runs: Run | Sequence[Run], qrels: Qrels, qrels_name: str = "the
         return False
     if any(not documents.isdisjoint(grades) for grades in qrels.values()):
         return False
-    warn(f"none of {owner} {len(documents)} {noun} is judged in {qrels_name}; are these the right qrels (passage vs "
-         "PTKB)?")
+    warn(f"none of {owner} {len(documents)} {noun} is judged in {qrels_name}; the likely cause: the collection does "
+         "not hold the passages these qrels judge (a sample collection of other topics), or, less often, qrels of "
+         "the other kind (passage vs PTKB)")
     return True
 
 

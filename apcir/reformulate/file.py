@@ -61,11 +61,30 @@ def read_fields(path: Path, mapping: Mapping[str, str]) -> tuple[dict[str, dict[
     """``{turn_id: {apcir field: value}}`` from any of the three layouts, and warnings about the file."""
     layout = _layout(path)
     if layout == "tsv":
+        if mapping:
+            raise ApcirError(f"map / --map ({', '.join(f'{k}={v}' for k, v in mapping.items())}) does not apply to a "
+                             "TSV, whose columns are turn_id, rewrite and response; drop it", path=path)
         return _from_tsv(path), []
     rows = _json_rows(path) if layout == "json" else [(n, r) for n, r in _jsonl_rows(path)]
     if rows and _is_apcir_record(rows[0][1]):
-        return _from_apcir_records(path, rows), []
+        return _remapped(_from_apcir_records(path, rows), mapping, path), []
     return _from_mapped_rows(path, rows, mapping)
+
+
+def _remapped(fields: dict[str, dict[str, Any]], mapping: Mapping[str, str],
+              path: Path) -> dict[str, dict[str, Any]]:
+    """apcir records with ``map`` honoured: ``rewrite=third_rewrite`` reads each record's third rewrite as its
+    rewrite. A source that is not a field of apcir's records is an error."""
+    if not mapping:
+        return fields
+    if "turn_id" in mapping:
+        raise ApcirError("map turn_id=... does not apply to apcir's records (their turn_id is fixed)", path=path)
+    unknown = sorted(v for v in mapping.values() if v not in FILE_FIELDS)
+    if unknown:
+        raise ApcirError(f"map names {unknown}, which apcir's records do not have (their fields: "
+                         f"{', '.join(FILE_FIELDS)})", path=path)
+    return {turn: {**values, **{name: values[source] for name, source in mapping.items() if source in values}}
+            for turn, values in fields.items()}
 
 
 def file_records(
@@ -235,5 +254,9 @@ def _from_mapped_rows(
         fields[turn] = {name: row[key] for name, key in source.items() if key in row}
     mapped = [key for name, key in mapping.items() if name != "turn_id"]
     absent = [key for key in mapped if not any(key in row for _, row in rows)]
-    warnings = [f"mapped field(s) {absent} occur in no row of the file"] if absent else []
+    if absent:
+        present = sorted({k for _, row in rows for k in row})
+        raise ApcirError(f"map names field(s) {absent} that no row of the file has (its fields: "
+                         f"{', '.join(present[:20])})", path=path)
+    warnings: list[str] = []
     return fields, warnings

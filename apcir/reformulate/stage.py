@@ -92,6 +92,10 @@ def _reformulate(
 ) -> ReformulateSummary:
     started = time.perf_counter()
     spec = reformulator_for(options.llm)
+    if spec.name == "file":
+        from apcir.reformulate.file import file_path
+
+        file_path(options.llm)  # a missing file fails here, before any output exists
     unique: dict[str, Turn] = {}
     for turn in turns:
         unique.setdefault(turn.turn_id, turn)
@@ -114,7 +118,8 @@ def _reformulate(
     accounting = accounting_for(options)
     config = _config_snapshot(options, spec.offline, refresh)
     final_mode: str | None = None
-    with appending(out, "reformulations", f"reformulate {options.llm}", len(pending), progress) as writer:
+    with appending(out, "reformulations", f"reformulate {options.llm}", len(pending), progress,
+                   settings=shaping) as writer:
         try:
             if pending:
                 final_mode = spec.produce(pending, options, writer, accounting=accounting, refresh=refresh)

@@ -94,7 +94,8 @@ def _respond(jobs: list[ResponseJob], settings: RespondSettings, out: Path, *, r
     accounting = accounting_for(settings)
     config = _config_snapshot(settings, spec.offline, refresh)
     final_mode: str | None = None
-    with appending(out, "responses", f"respond {settings.responder}", len(pending), progress) as writer:
+    with appending(out, "responses", f"respond {settings.responder}", len(pending), progress,
+                   settings=shaping_settings(settings)) as writer:
         try:
             if pending:
                 final_mode = spec.produce(pending, settings, writer, accounting=accounting, refresh=refresh)
