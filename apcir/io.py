@@ -393,12 +393,13 @@ def _alive(pid: int) -> bool:
 
 
 @contextmanager
-def exclusive(lock_path: Path, what: str) -> Iterator[None]:
+def exclusive(lock_path: Path, what: str, guards: Path | None = None) -> Iterator[None]:
     """Hold ``lock_path`` while the body runs; a second holder fails at once, naming the first.
 
     The lock is an ``flock`` on the file, which the kernel releases when its
     holder dies, so a lock left by a killed process is taken over (with a
-    message saying so). The file stays, saying who held it last.
+    message saying so). The file stays, saying who held it last, unless the
+    output it ``guards`` does not exist at the end (a failed start).
     """
     import fcntl
     import socket
@@ -441,6 +442,8 @@ def exclusive(lock_path: Path, what: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
     finally:
         handle.close()
+        if guards is not None and not guards.exists():
+            lock_path.unlink(missing_ok=True)  # the output it guarded was never written: leave nothing behind
 
 
 # ---- resumable record logs: one JSON record per line, appended as each item finishes ---------------

@@ -145,7 +145,11 @@ def weight_landscape(run: RunMetrics, run_dir: Path, out: Path, step: str = "0.0
     if not all(p.exists() for p in lists) or not (run_dir / "weights.json").exists():
         return []
     weights = load_weights(run_dir / "weights.json")
-    levels = load_levels(run_dir / "reformulations.jsonl")
+    # levels.tsv: the levels the fusion used (a failed reformulation's fallback level included)
+    levels_file = run_dir / "levels.tsv"
+    if not levels_file.exists():
+        return []
+    levels = load_levels(levels_file)
     qrels = datasets.qrels(run.qrels)
     runs = [load_run(p) for p in lists]
     turns = sorted(t for t in set().union(*runs) if t in qrels)

@@ -63,8 +63,9 @@ def family_size(markers: dict[tuple[str, str], Comparison]) -> int:
 
 
 def metric_rows(runs: list[RunMetrics], group: str, baseline: str | None,
-                markers: dict[tuple[str, str], Comparison]) -> tuple[list[str], list[list[str]]]:
-    """The header and rows (x100, with marks) of the systems in ``group``."""
+                markers: dict[tuple[str, str], Comparison], raw: bool = False) -> tuple[list[str], list[list[str]]]:
+    """The header and rows of the systems in ``group``: x100 with marks, or (``raw``) the raw means with the
+    marks in columns of their own (for CSV)."""
     measures = runs[0].measures
     keys = {k: v for k, v in _qualified(runs).items() if group in v[0].systems[v[1]].groups}
     base_key = None
@@ -82,8 +83,12 @@ def metric_rows(runs: list[RunMetrics], group: str, baseline: str | None,
         cells = []
         for measure in measures:
             comparison = markers.get((key, measure))
-            cells.append(f"{100 * result.means[measure]:.1f}{comparison.marker if comparison else ''}")
+            mark = comparison.marker if comparison else ""
+            cells.append(f"{result.means[measure]!r}|{mark}" if raw else f"{100 * result.means[measure]:.1f}{mark}")
         rows.append([label, *cells])
+    if raw:  # raw means, and each measure's mark in a column of its own
+        rows = [[row[0], *(c.split("|")[0] for c in row[1:]), *(c.split("|")[1] for c in row[1:])] for row in rows]
+        return ["system", *measures, *(f"mark {m}" for m in measures)], rows
     return ["system", *measures], rows
 
 
@@ -133,6 +138,12 @@ def significance_rows(markers: dict[tuple[str, str], Comparison]) -> tuple[list[
     rows = [[key[0], key[1], f"{100 * (c.mean_system - c.mean_baseline):+.1f}", f"{c.p_value:.3g}",
              f"{c.p_corrected:.3g}", f"{c.effect_size:+.2f}", c.marker or "-"] for key, c in markers.items()]
     return ["system", "measure", "difference x100", "p", "p corrected", "Cohen's d", "mark"], rows
+
+
+def significance_raw(markers: dict[tuple[str, str], Comparison]) -> tuple[list[str], list[list[str]]]:
+    rows = [[key[0], key[1], repr(c.mean_system - c.mean_baseline), repr(c.p_value), repr(c.p_corrected),
+             repr(c.effect_size), c.marker] for key, c in markers.items()]
+    return ["system", "measure", "difference", "p", "p corrected", "cohens d", "mark"], rows
 
 
 def level_table(runs: list[RunMetrics], measure: str = "nDCG@3") -> str:
@@ -313,10 +324,12 @@ def figures(runs: list[RunMetrics], out: Path, baseline: str, run_dirs: Sequence
     return parts
 
 
-def _save_table(out: Path, name: str, header: list[str], rows: list[list[str]], caption: str) -> None:
+def _save_table(out: Path, name: str, header: list[str], rows: list[list[str]], caption: str,
+                raw: tuple[list[str], list[list[str]]] | None = None) -> None:
+    """``name.tex`` as shown (x100, marks), ``name.csv`` raw (0-1, marks in their own columns)."""
     if not rows:
         return
-    write_text(out / "tables" / f"{name}.csv", csv_text(header, rows))
+    write_text(out / "tables" / f"{name}.csv", csv_text(*(raw or (header, rows))))
     write_text(out / "tables" / f"{name}.tex", latex(header, rows, caption))
 
 
@@ -392,7 +405,8 @@ def write_report(runs: list[RunMetrics], out: Path, baseline: str | None = None,
             continue
         header, rows = metric_rows(runs, group, baseline, markers)
         parts += [f"## {title}", "", markdown(header, rows)]
-        _save_table(out, f"table-{group}", header, rows, f"{title} ({caption})")
+        _save_table(out, f"table-{group}", header, rows, f"{title} ({caption})",
+                    metric_rows(runs, group, baseline, markers, raw=True))
     if markers:
         header, rows = significance_rows(markers)
         parts += ["## Significance against the baseline", "",
@@ -400,7 +414,7 @@ def write_report(runs: list[RunMetrics], out: Path, baseline: str | None = None,
                   "after the correction, and the effect size (Cohen's d of the per-turn differences).", "",
                   markdown(header, rows)]
         _save_table(out, "significance", header, rows, f"Significance against {baseline}: "
-                    f"{settings.caption(family_size(markers))}")
+                    f"{settings.caption(family_size(markers))}", significance_raw(markers))
     if has_grid(runs):
         parts += ["## Retriever x re-ranker (Fig. 5)", "",
                   "APCIR's numbers for each retriever (one run directory each) without and with each re-ranker "

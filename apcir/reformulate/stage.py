@@ -83,7 +83,7 @@ def reformulate(
     refuses the key or the model; records finished before that stay in ``out``.
     """
     out = Path(out)
-    with exclusive(out.parent / f".{out.name}.lock", f"reformulations file {out}"):
+    with exclusive(out.parent / f".{out.name}.lock", f"reformulations file {out}", guards=out):
         return _reformulate(turns, options, out, refresh=refresh, progress=progress, redo_stale=redo_stale)
 
 
@@ -118,15 +118,20 @@ def _reformulate(
     accounting = accounting_for(options)
     config = _config_snapshot(options, spec.offline, refresh)
     final_mode: str | None = None
-    with appending(out, "reformulations", f"reformulate {options.llm}", len(pending), progress,
-                   settings=shaping) as writer:
-        try:
-            if pending:
-                final_mode = spec.produce(pending, options, writer, accounting=accounting, refresh=refresh)
-        finally:
-            summary = _summary(out, options.llm, turns, existing, writer, accounting, config, started, final_mode)
-            summary.settings = shaping
-            write_json(summary_path_for(out), summary.model_dump(), indent=2)
+    try:
+        with appending(out, "reformulations", f"reformulate {options.llm}", len(pending), progress,
+                       settings=shaping) as writer:
+            try:
+                if pending:
+                    final_mode = spec.produce(pending, options, writer, accounting=accounting, refresh=refresh)
+            finally:
+                summary = _summary(out, options.llm, turns, existing, writer, accounting, config, started,
+                                   final_mode)
+                summary.settings = shaping
+                write_json(summary_path_for(out), summary.model_dump(), indent=2)
+    finally:
+        if not out.exists():  # nothing was written (a failed start): no summary of nothing either
+            summary_path_for(out).unlink(missing_ok=True)
     return summary
 
 

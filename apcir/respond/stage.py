@@ -70,7 +70,7 @@ def respond(
     refuses the key or the model; records finished before that stay in ``out``.
     """
     out = Path(out)
-    with exclusive(out.parent / f".{out.name}.lock", f"responses file {out}"):
+    with exclusive(out.parent / f".{out.name}.lock", f"responses file {out}", guards=out):
         return _respond(jobs, settings, out, refresh=refresh, progress=progress, redo_stale=redo_stale)
 
 
@@ -94,13 +94,17 @@ def _respond(jobs: list[ResponseJob], settings: RespondSettings, out: Path, *, r
     accounting = accounting_for(settings)
     config = _config_snapshot(settings, spec.offline, refresh)
     final_mode: str | None = None
-    with appending(out, "responses", f"respond {settings.responder}", len(pending), progress,
-                   settings=shaping_settings(settings)) as writer:
-        try:
-            if pending:
-                final_mode = spec.produce(pending, settings, writer, accounting=accounting, refresh=refresh)
-        finally:
-            summary = _summary(out, settings, jobs, done, writer, accounting, config, started, final_mode)
+    try:
+        with appending(out, "responses", f"respond {settings.responder}", len(pending), progress,
+                       settings=shaping_settings(settings)) as writer:
+            try:
+                if pending:
+                    final_mode = spec.produce(pending, settings, writer, accounting=accounting, refresh=refresh)
+            finally:
+                summary = _summary(out, settings, jobs, done, writer, accounting, config, started, final_mode)
+    finally:
+        if not out.exists():  # nothing was written (a failed start): no summary of nothing either
+            summary_path_for(out).unlink(missing_ok=True)
     return summary
 
 
