@@ -101,10 +101,19 @@ def check_judged(runs: Run | Sequence[Run], qrels: Qrels, qrels_name: str = "the
         return False
     if any(not documents.isdisjoint(grades) for grades in qrels.values()):
         return False
-    warn(f"none of {owner} {len(documents)} {noun} is judged in {qrels_name}; the likely cause: the collection does "
-         "not hold the passages these qrels judge (a sample collection of other topics), or, less often, qrels of "
-         "the other kind (passage vs PTKB)")
+    judged = {doc for grades in qrels.values() for doc in grades}
+    if _statement_ids(documents) != _statement_ids(judged):  # PTKB statement ids on one side, passages on the other
+        warn(f"none of {owner} {len(documents)} {noun} is judged in {qrels_name}; are these the right qrels (passage "
+             "vs PTKB)?")
+    else:
+        warn(f"none of {owner} {len(documents)} {noun} is judged in {qrels_name}; the likely cause: the collection "
+             "does not hold the passages these qrels judge (a sample collection of other topics)")
     return True
+
+
+def _statement_ids(ids: set[str]) -> bool:
+    """Whether ``ids`` look like PTKB statement ids (short numbers) rather than passage ids."""
+    return bool(ids) and all(i.isdigit() and len(i) <= 4 for i in ids)
 
 
 def _measures(measures: list[Measure] | list[str] | str) -> list[Measure]:
