@@ -168,7 +168,8 @@ def weight_landscape(run: RunMetrics, run_dir: Path, out: Path, step: str = "0.0
         surface = 100 * search.means(chosen).sum(axis=1) / len(search.measures)
         shading = axis.tricontourf(x, y, surface, levels=20, cmap="viridis")
         fig.colorbar(shading, ax=axis, shrink=0.7).set_label("objective: mean of the measures (x100)", fontsize=7)
-        marks = [("equal", (1 / 3, 1 / 3, 1 / 3), "o", "white"), ("paper", PAPER_WEIGHTS[level], "s", "#E69F00")]
+        marks: list[tuple[str, tuple[float, ...], str, str]] = [
+            ("equal", (1 / 3, 1 / 3, 1 / 3), "o", "white"), ("paper", PAPER_WEIGHTS[level], "s", "#E69F00")]
         if level in weights.levels:
             marks.insert(0, ("chosen", tuple(weights.levels[level].weights), "*", "#D55E00"))
         for label, point, marker, face in marks:

@@ -123,7 +123,7 @@ def check_resume(out: Path, settings: dict[str, Any], what: str, *, redo: bool =
     if has_records and previous is None:
         warn(f"{out}: the settings its records were made with are not recorded (no summary, or one from an older "
              f"apcir); they are resumed as they are; --refresh redoes them")
-    elif has_records and previous != settings:
+    elif has_records and previous is not None and previous != settings:
         keys = sorted(set(previous) | set(settings))
         changed = "; ".join(f"{k}: {previous.get(k)!r} -> {settings.get(k)!r}" for k in keys
                             if previous.get(k) != settings.get(k))
