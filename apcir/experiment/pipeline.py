@@ -807,5 +807,10 @@ def _check_outputs(exp: Experiment, turns: list[Turn], submission: Path) -> None
         exp.say(f"report: {report}")
     from apcir.evaluation.inspector import INSPECT_FILE, write_inspector
 
-    page = write_inspector([exp.run_dir], exp.run_dir / INSPECT_FILE)
-    exp.say(f"inspector: {page} (open it in a browser)")
+    run_dir = exp.run_dir
+    page = run_dir / INSPECT_FILE
+    sources = [run_dir / name for name in ("metrics.json", "reformulations.jsonl", "responses.jsonl", "fused.run")]
+    sources += sorted((run_dir / "lists").glob("*.run")) + sorted((run_dir / "systems").glob("*.run"))
+    inputs = {"files": [p for p in sources if p.exists()], "code": _code_digest("evaluation/inspector.py",
+                                                                                 "evaluation/inspector.html")}
+    exp.stage("inspect", inputs, [page], lambda: str(write_inspector([run_dir], page)))
