@@ -277,3 +277,10 @@ def test_an_answer_without_usage_is_counted(server, turns, tmp_path):
     summary = run(server, turns[:1], tmp_path)
     (usage,) = summary.usage
     assert summary.ok == 1 and usage.requests_without_usage == 1 and usage.input_tokens == 0
+
+
+def test_a_literal_newline_inside_a_json_string_is_read():
+    """llama.cpp's JSON grammar lets a model put a raw newline in a string; strict JSON would fail the turn."""
+    from apcir.llm.answers import extract_json
+
+    assert extract_json('{"rewrite": "first line\nsecond line", "level": "a"}')["rewrite"] == "first line\nsecond line"

@@ -18,12 +18,14 @@ def extract_json(raw: str) -> Any:
         if text.rstrip().endswith("```"):
             text = text.rstrip()[:-3]
     try:
-        return json.loads(text)
+        # strict=False: a literal newline or tab inside a string (llama.cpp's JSON grammar allows them; strict JSON
+        # does not) is read as that character rather than failing the turn
+        return json.loads(text, strict=False)
     except json.JSONDecodeError:
         start, end = text.find("{"), text.rfind("}")
         if start != -1 and end > start:
             try:
-                return json.loads(text[start : end + 1])
+                return json.loads(text[start : end + 1], strict=False)
             except json.JSONDecodeError as exc:
                 raise InvalidAnswer(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
         raise InvalidAnswer("no JSON object found in the answer") from None
