@@ -54,10 +54,9 @@ def stage_row(name: str, records: list, seconds: float) -> dict[str, object]:  #
 
 def retrieval_rows(records_by_system: dict[str, dict], turns: list) -> list[tuple[str, float, float, float, float]]:  # type: ignore[type-arg]
     from apcir import datasets
-    from apcir.contract.reformulations import LIST_NAMES
+    from apcir.contract.reformulations import LIST_NAMES, with_fallbacks
     from apcir.fusion.linear import fuse_linear
     from apcir.metrics import evaluate
-    from apcir.reformulate.file import with_fallbacks
     from apcir.retrieval.backends import open_index
     from apcir.retrieval.stage import list_queries, retrieve_lists
 
@@ -126,7 +125,10 @@ def main() -> None:
 
         backend = open_index(INDEX)
         run = backend.search(list_queries(refs, "rewrite"), 5, progress=False)
-        texts = backend.passage_texts.texts({p for hits in run.values() for p in hits})  # type: ignore[union-attr]
+        from apcir import datasets
+
+        texts = datasets.passage_texts(datasets.collection_path("ikat23-provenance"),
+                                       {p for hits in run.values() for p in hits})
         jobs = build_jobs(turns, refs, run, texts, rank_statements(turns, refs, bm25_similarity()), 3)
         started = time.perf_counter()
         respond(jobs, RespondSettings(responder=name, top_k=3, max_words=120, **common), work / "responses.jsonl",
