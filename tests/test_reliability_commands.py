@@ -373,7 +373,7 @@ def test_an_unwritable_cache_stops_before_any_request_with_one_line(work, tmp_pa
         assert server.count == 0
 
 
-def test_a_cache_write_that_fails_midway_is_said_once_and_the_work_goes_on(tmp_path):
+def test_a_cache_write_that_fails_midway_is_said_once_and_the_work_goes_on(tmp_path, monkeypatch, capsys):
     from fake_openai import FakeOpenAI
 
     from apcir.llm.accounting import Accounting
@@ -384,7 +384,7 @@ def test_a_cache_write_that_fails_midway_is_said_once_and_the_work_goes_on(tmp_p
     got = []
     with FakeOpenAI(content=lambda body: '{"ok": 1}') as server:
         settings = LLMSettings(base_url=server.url, cache_dir=str(cache), api_key_env="OPENAI_API_KEY")
-        os.environ["OPENAI_API_KEY"] = "sk-x-123456"
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-x-123456")
         asks = [Ask(f"k{i}", [{"role": "user", "content": f"q{i}"}], parse=json.loads,
                     repair=lambda raw, problem: []) for i in range(3)]
         import apcir.llm.cache as cache_module
@@ -403,6 +403,7 @@ def test_a_cache_write_that_fails_midway_is_said_once_and_the_work_goes_on(tmp_p
         finally:
             cache_module.ResponseCache.put = original  # type: ignore[method-assign]
     assert len(got) == 3 and all(a.ok for a in got)
+    assert capsys.readouterr().err.count("could not be written") == 1  # said once, not per answer
 
 
 # ---- class 12: a timeout bounds the whole request ---------------------------------------------------------------
