@@ -100,7 +100,8 @@ def test_measure_names():
     assert parse_measure("R@100").name == "Recall@100"
     assert parse_measure("mrr").trec_key == "recip_rank"
     assert [m.name for m in parse_measures(["paper", "nDCG@3", "P@20"])] == MEASURE_SETS["paper"] + ["P@20"]
-    for bad in ["foo@3", "P", "MRR@10", "nDCG@0"]:
+    assert parse_measure("MRR@10").name == "RR@10"  # RR with a cut-off: ir-measures computes it
+    for bad in ["foo@3", "P", "nDCG@0", ""]:
         with pytest.raises(ApcirError):
             parse_measure(bad)
 
@@ -111,3 +112,68 @@ def test_bundled_qrels_with_a_perfect_run():
     result = evaluate(run, qrels, ["Recall@1000"])
     assert result.evaluated_turns == 176
     assert result.measures["Recall@1000"] == pytest.approx(1.0)
+
+
+IR_MEASURES_NAMES = ["nDCG@3", "RR@10", "P(rel=2)@10", "Judged@10", "R@100", "AP(rel=2)", "ndcg_cut_3", "MRR",
+                     "Recall@10", "MAP@1000", "P@20", "nDCG", "RR(rel=2)", "Bpref", "Success@5"]
+
+
+@pytest.mark.parametrize("threshold", [1, 2])
+def test_every_measure_name_equals_ir_measures_own(threshold):
+    """Each name, parsed by ir-measures, gives ir-measures' own value (trec_eval's where trec_eval computes it):
+    per turn and on average, at the evaluation's relevance threshold and at a measure's own ``rel``."""
+    import random
+
+    import ir_measures
+
+    qrels = datasets.qrels("ikat23-test")
+    rng = random.Random(7)
+    docs = sorted({p for judged in qrels.values() for p in judged})
+    run = {turn: {p: rng.random() for p in rng.sample(docs, 60) + list(judged)[:3]}
+           for turn, judged in list(qrels.items())[:40]}
+    result = evaluate(run, qrels, IR_MEASURES_NAMES, rel_threshold=threshold)
+    for name in IR_MEASURES_NAMES:
+        measure = parse_measure(name)
+        theirs = ir_measures.parse_measure(measure.ir_name)
+        if "rel" in theirs.SUPPORTED_PARAMS and "rel" not in theirs.params:
+            theirs = theirs(rel=threshold)
+        per_turn = {m.query_id: m.value for m in ir_measures.iter_calc([theirs], qrels, run)}
+        # ir-measures also scores judged turns the run lacks (as 0); trec_eval's default mean leaves them out
+        assert set(result.per_turn) == set(run) and set(run) <= set(per_turn), name
+        for turn, values in result.per_turn.items():
+            assert values[measure.name] == pytest.approx(per_turn[turn], abs=1e-12), (name, turn)
+    assert result.measures["Judged@10"] > 0  # not a vacuous comparison: every turn holds judged passages
+
+
+def test_trec_eval_name_lists_and_the_weight_search_refuses_what_it_cannot_compute():
+    from apcir.fusion.grid import GridSearch
+
+    assert [m.name for m in parse_measures("ndcg_cut.3,5,P@10")] == ["nDCG@3", "nDCG@5", "P@10"]
+    for name in ["Judged@10", "P(rel=2)@10"]:
+        with pytest.raises(ApcirError, match="cannot maximise"):
+            GridSearch([{}], {}, [], parse_measures(name))
+
+
+def test_evaluate_command_takes_ir_measures_and_trec_eval_names(run_cli, tmp_path):
+    """The issue's command: ir-measures' and trec_eval's names side by side, each value ir-measures' own."""
+    import json
+
+    import ir_measures
+
+    from apcir.contract.runs import write_run
+
+    qrels = datasets.qrels("ikat23-test-provenance")
+    rng = random.Random(3)
+    run = {turn: {p: rng.random() for p in judged} | {f"x{i}": rng.random() for i in range(8)}
+           for turn, judged in qrels.items()}
+    path = tmp_path / "some.run"
+    write_run(run, path, tag="some")
+    code, out, err = run_cli("evaluate", str(path), "--qrels", "ikat23-test-provenance", "-m", "nDCG@3",
+                             "-m", "P(rel=2)@10", "-m", "Judged@10", "-m", "ndcg_cut_3", "--json")
+    assert code == 0, err
+    means = json.loads(out)["measures"]
+    assert list(means) == ["nDCG@3", "P(rel=2)@10", "Judged@10"]  # ndcg_cut_3 is nDCG@3: said once
+    theirs = ir_measures.calc_aggregate([ir_measures.parse_measure(n) for n in means], qrels, run)
+    for name, value in means.items():
+        assert value == pytest.approx(theirs[ir_measures.parse_measure(name)], abs=1e-12)
+    assert 0 < means["Judged@10"] < 1

@@ -30,7 +30,7 @@ def evaluate_command(
     runs: list[Path] = typer.Argument(..., help="One or more TREC run files; the first is the baseline by default."),
     qrels: str = typer.Option(..., "--qrels", "-q", help="Bundled qrels name (ikat23-test) or a qrels file."),
     measures: list[str] = typer.Option(
-        ["paper"], "--measures", "-m", help="Set names (paper, ikat) or measures (nDCG@3, MRR, P@20, ...)."
+        ["paper"], "--measures", "-m", help="Set names (paper, ikat) or measures as ir-measures or trec_eval name them (nDCG@3, RR, P(rel=2)@10, Judged@10, ndcg_cut_3, ...)."
     ),
     rel_threshold: int = typer.Option(
         1, "--rel-threshold", "-l", min=1, help="Lowest grade counted relevant by binary measures (trec_eval -l)."

@@ -145,6 +145,10 @@ class GridSearch:
             )
         if depth < 1:
             raise ApcirError(f"depth must be at least 1, got {depth}")
+        unsupported = [m.name for m in measures if m.family not in _KINDS or m.rel is not None]
+        if unsupported:
+            raise ApcirError(f"the weight search cannot maximise {', '.join(unsupported)}: it computes MRR, nDCG, P, "
+                             "Recall and MAP (at the evaluation's relevance threshold), as trec_eval does")
         self.turns = list(turns)
         self.measures = list(measures)
         self.divisions = divisions(step)

@@ -1,45 +1,63 @@
-"""Measure names and their trec_eval equivalents.
+"""Measure names, parsed by ir-measures, and how each is computed.
 
-Names follow ir-measures' spelling (``nDCG@3``, ``P@20``, ``R@100``), with the
-APCIR paper's ``Recall@k`` and ``MRR`` accepted too. Each maps to one
-trec_eval measure that pytrec_eval computes, so every number is trec_eval's.
+Any name ir-measures parses is accepted (``nDCG@10``, ``RR@10``, ``P(rel=2)@10``,
+``Judged@10``, ``R@100``, ``AP(rel=2)``), as are trec_eval's names
+(``ndcg_cut_3``, ``recip_rank``, ``map``) and the APCIR paper's spellings
+(``MRR``, ``Recall@10``, ``MAP``). Parsing is ir-measures' own: apcir only maps
+the paper's spellings onto its names first.
+
+A measure that trec_eval computes (nDCG, P, R, AP, RR without a cut-off) is
+computed by pytrec_eval, so its number is trec_eval's; its ``rel`` parameter,
+when given, is trec_eval's ``-l`` for that measure alone. Any other measure
+(``Judged@10``, ``RR@10``, ``ERR@20``, ...) is computed by ir-measures itself.
+Names shown keep the paper's spelling for the paper's measures (``MRR``,
+``Recall@100``, ``MAP``) and ir-measures' for the rest.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from apcir.errors import ApcirError
 
 
 @dataclass(frozen=True)
 class Measure:
-    """A measure as apcir names it and as trec_eval computes it."""
+    """A measure as apcir names it and as it is computed.
+
+    ``family`` is the trec_eval measure family (``ndcg_cut``) when trec_eval computes it, else ``None`` and
+    ``ir_name`` (ir-measures' spelling) says what ir-measures computes. ``rel`` is the measure's own relevance
+    threshold (``P(rel=2)@10``); ``None`` takes the evaluation's.
+    """
 
     name: str
-    family: str  # trec_eval measure family, e.g. ndcg_cut
+    family: str | None
     cutoff: int | None = None
+    rel: int | None = None
+    ir_name: str = ""
 
     @property
     def trec_key(self) -> str:
         """The key under which pytrec_eval reports this measure."""
+        if self.family is None:
+            raise ApcirError(f"{self.name} is not a trec_eval measure")
         return self.family if self.cutoff is None else f"{self.family}_{self.cutoff}"
 
+    @property
+    def by_trec_eval(self) -> bool:
+        return self.family is not None
 
-# name prefix (lower case) -> (canonical display prefix, trec_eval family with cutoff, without cutoff)
-_FAMILIES: dict[str, tuple[str, str | None, str | None]] = {
-    "ndcg": ("nDCG", "ndcg_cut", "ndcg"),
-    "p": ("P", "P", None),
-    "precision": ("P", "P", None),
-    "r": ("Recall", "recall", None),
-    "recall": ("Recall", "recall", None),
-    "map": ("MAP", "map_cut", "map"),
-    "ap": ("MAP", "map_cut", "map"),
-    "mrr": ("MRR", None, "recip_rank"),
-    "rr": ("MRR", None, "recip_rank"),
-    "recip_rank": ("MRR", None, "recip_rank"),
-}
+    def ir_measure(self, rel_threshold: int = 1) -> Any:
+        """The ir-measures object computing this measure (the evaluation's threshold where it takes one)."""
+        import ir_measures
+
+        measure = ir_measures.parse_measure(self.ir_name)
+        if "rel" in measure.SUPPORTED_PARAMS and "rel" not in measure.params and rel_threshold != 1:
+            measure = measure(rel=rel_threshold)
+        return measure
+
 
 MEASURE_SETS: dict[str, list[str]] = {
     # The APCIR paper's tables.
@@ -51,29 +69,94 @@ MEASURE_SETS: dict[str, list[str]] = {
     "ptkb": ["nDCG@3", "P@3", "Recall@3", "MRR", "MAP"],
 }
 
-_NAME = re.compile(r"^(?P<prefix>[A-Za-z_]+)(?:@(?P<cutoff>\d+))?$")
+# The paper's spellings -> ir-measures' names (case-insensitive prefix before '@' or '(').
+_PAPER_NAMES = {"mrr": "RR", "recall": "R", "precision": "P", "map": "AP", "ndcg": "nDCG", "p": "P", "r": "R",
+                "ap": "AP", "rr": "RR"}
+# ir-measures name -> (shown name, trec_eval family with a cut-off, without one, parameters trec_eval can take)
+_TREC = {
+    "nDCG": ("nDCG", "ndcg_cut", "ndcg", {"cutoff"}),
+    "P": ("P", "P", None, {"cutoff", "rel"}),
+    "R": ("Recall", "recall", None, {"cutoff", "rel"}),
+    "AP": ("MAP", "map_cut", "map", {"cutoff", "rel"}),
+    "RR": ("MRR", None, "recip_rank", {"rel"}),
+}
+_PREFIX = re.compile(r"^(?P<prefix>[A-Za-z]+)(?P<rest>[@(].*)?$")
+_NEEDS_CUTOFF = {"P", "R", "Judged"}
+
+
+def _ir_parse(text: str) -> list[Any]:
+    """ir-measures' objects for ``text``: its own syntax, the paper's spellings, or trec_eval's names."""
+    import ir_measures
+
+    match = _PREFIX.match(text)
+    candidates = [text]
+    if match and match["prefix"].lower() in _PAPER_NAMES:
+        candidates.insert(0, _PAPER_NAMES[match["prefix"].lower()] + (match["rest"] or ""))
+    for candidate in candidates:
+        try:
+            return [ir_measures.parse_measure(candidate)]
+        except (NameError, ValueError, SyntaxError, TypeError, AttributeError):
+            continue
+    try:
+        found = ir_measures.parse_trec_measure(text)
+    except (NameError, ValueError, SyntaxError, TypeError, AttributeError, KeyError):
+        found = []
+    return list(found)
+
+
+def _from_ir(measure: Any, text: str) -> Measure:
+    name, params = measure.NAME, dict(measure.params)
+    cutoff = params.get("cutoff")
+    if cutoff is not None and int(cutoff) < 1:
+        raise ApcirError(f"measure {text!r}: the cut-off must be at least 1")
+    if cutoff is None and name in _NEEDS_CUTOFF:
+        raise ApcirError(f"measure {text!r} needs a cut-off, e.g. {name}@10")
+    rel = params.get("rel")
+    trec = _TREC.get(name)
+    if trec is not None and set(params) <= trec[3] and (cutoff is None or trec[1] is not None):
+        shown, with_cutoff, without_cutoff, _ = trec
+        family = with_cutoff if cutoff is not None else without_cutoff
+        if family is not None:
+            plain = shown if cutoff is None else f"{shown}@{cutoff}"
+            return Measure(plain if rel is None else str(measure), family, cutoff, rel, str(measure))
+    return Measure(str(measure), None, cutoff, rel, str(measure))
 
 
 def parse_measure(text: str) -> Measure:
-    """``nDCG@3`` -> Measure('nDCG@3', 'ndcg_cut', 3); unknown names are a user error."""
-    match = _NAME.match(text.strip())
-    family = _FAMILIES.get(match["prefix"].lower()) if match else None
-    if match is None or family is None:
+    """``nDCG@3`` -> Measure('nDCG@3', 'ndcg_cut', 3); a name ir-measures does not know is a user error."""
+    found = parse_names(text)
+    if len(found) != 1:
+        raise ApcirError(f"{text!r} names {len(found)} measures; give one")
+    return found[0]
+
+
+def parse_names(text: str) -> list[Measure]:
+    """The measures one name stands for (a trec_eval name such as ``ndcg_cut.3,5`` may stand for several)."""
+    text = text.strip()
+    found = _ir_parse(text) if text else []
+    if not found:
         raise ApcirError(
-            f"unknown measure {text!r}: expected MRR, nDCG@k, P@k, Recall@k, MAP@k, MAP or nDCG, "
-            f"or a set name ({', '.join(MEASURE_SETS)})"
+            f"unknown measure {text!r}: expected an ir-measures name (nDCG@10, RR, P(rel=2)@10, Judged@10, R@100, "
+            f"AP), a trec_eval name (ndcg_cut_3, recip_rank), MRR / Recall@k / MAP, or a set name "
+            f"({', '.join(MEASURE_SETS)})"
         )
-    display, with_cutoff, without_cutoff = family
-    if match["cutoff"] is None:
-        if without_cutoff is None:
-            raise ApcirError(f"measure {text!r} needs a cutoff, e.g. {display}@10")
-        return Measure(display, without_cutoff)
-    if with_cutoff is None:
-        raise ApcirError(f"measure {text!r} takes no cutoff")
-    cutoff = int(match["cutoff"])
-    if cutoff < 1:
-        raise ApcirError(f"measure {text!r}: the cutoff must be at least 1")
-    return Measure(f"{display}@{cutoff}", with_cutoff, cutoff)
+    return [_from_ir(m, text) for m in found]
+
+
+def _split(item: str) -> list[str]:
+    """Comma-separated names, keeping commas inside parentheses (``nDCG(gains={0:0,1:1})``) and trec_eval cut-off
+    lists (``ndcg_cut.3,5``) whole."""
+    parts, depth, current = [], 0, ""
+    for i, char in enumerate(item):
+        depth += (char == "(") - (char == ")")
+        in_cutoffs = re.search(r"\.\d+(,\d+)*$", current) and item[i + 1:i + 2].isdigit()
+        if char == "," and depth == 0 and not in_cutoffs:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    parts.append(current)
+    return [p.strip() for p in parts if p.strip()]
 
 
 def parse_measures(specs: list[str] | str) -> list[Measure]:
@@ -81,15 +164,13 @@ def parse_measures(specs: list[str] | str) -> list[Measure]:
     items = [specs] if isinstance(specs, str) else list(specs)
     names: list[str] = []
     for item in items:
-        for part in item.split(","):
-            part = part.strip()
-            if part:
-                names.extend(MEASURE_SETS.get(part, [part]))
+        for part in _split(item):
+            names.extend(MEASURE_SETS.get(part, [part]))
     measures: list[Measure] = []
     for name in names:
-        measure = parse_measure(name)
-        if measure not in measures:
-            measures.append(measure)
+        for measure in parse_names(name):
+            if measure not in measures:
+                measures.append(measure)
     if not measures:
         raise ApcirError("no measure given")
     return measures
@@ -100,6 +181,8 @@ def pytrec_eval_spec(measures: list[Measure]) -> set[str]:
     cutoffs: dict[str, list[int]] = {}
     plain: set[str] = set()
     for measure in measures:
+        if measure.family is None:
+            continue
         if measure.cutoff is None:
             plain.add(measure.family)
         else:

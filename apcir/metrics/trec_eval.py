@@ -69,12 +69,22 @@ def evaluate(
         )
     if check:
         check_judged(run, qrels, qrels_name, "the run's" if run_name is None else f"{run_name}'s")
-    evaluator = pytrec_eval.RelevanceEvaluator(
-        qrels, pytrec_eval_spec(chosen), relevance_level=int(rel_threshold)
-    )
-    raw = evaluator.evaluate({turn: {p: float(s) for p, s in hits.items()} for turn, hits in run.items()})
-    per_turn = {turn: {m.name: float(values[m.trec_key]) for m in chosen} for turn, values in raw.items()}
-    missing = sorted(set(qrels) - set(raw))
+    scored = {turn: {p: float(s) for p, s in hits.items()} for turn, hits in run.items()}
+    evaluated = sorted(set(run) & set(qrels))
+    per_turn: dict[str, dict[str, float]] = {turn: {} for turn in evaluated}
+    by_level: dict[int, list[Measure]] = {}
+    for m in chosen:
+        if m.by_trec_eval:
+            by_level.setdefault(int(m.rel if m.rel is not None else rel_threshold), []).append(m)
+    for level, group in by_level.items():  # trec_eval's -l is one per evaluator: one evaluator per threshold
+        raw = pytrec_eval.RelevanceEvaluator(qrels, pytrec_eval_spec(group), relevance_level=level).evaluate(scored)
+        for turn, values in raw.items():
+            per_turn[turn].update({m.name: float(values[m.trec_key]) for m in group})
+    others = [m for m in chosen if not m.by_trec_eval]
+    if others:
+        _ir_measures_values(others, qrels, scored, rel_threshold, per_turn)
+    per_turn = {turn: {m.name: values.get(m.name, 0.0) for m in chosen} for turn, values in per_turn.items()}
+    missing = sorted(set(qrels) - set(run))
     if complete:
         for turn in missing:
             per_turn[turn] = {m.name: 0.0 for m in chosen}
@@ -89,6 +99,18 @@ def evaluate(
         unjudged_run_turns=sorted(set(run) - set(qrels)),
         missing_judged_turns=missing,
     )
+
+
+def _ir_measures_values(measures: list[Measure], qrels: Qrels, run: dict[str, dict[str, float]], rel_threshold: int,
+                        per_turn: dict[str, dict[str, float]]) -> None:
+    """Measures trec_eval does not compute (``Judged@10``, ``RR@10``), by ir-measures, into ``per_turn`` (a turn
+    it reports nothing for keeps 0, as trec_eval's measures do)."""
+    import ir_measures
+
+    objects = {m.ir_measure(rel_threshold): m.name for m in measures}
+    for metric in ir_measures.iter_calc(list(objects), qrels, run):
+        if metric.query_id in per_turn:
+            per_turn[metric.query_id][objects[metric.measure]] = float(metric.value)
 
 
 def check_judged(runs: Run | Sequence[Run], qrels: Qrels, qrels_name: str = "the qrels", owner: str = "the run's",
