@@ -1,6 +1,29 @@
-"""apcir: adaptive personalised conversational search on TREC iKAT."""
+"""apcir: adaptive personalised conversational search on TREC iKAT.
+
+The public Python API (:mod:`apcir.api`; loaded on first use, so ``import apcir`` stays quick):
+
+Data
+    ``topics(name_or_path)``, ``qrels(name_or_path)``, ``collection(name_or_path)``: bundled names
+    (``ikat23-test``), ir_datasets ids (``trec-ikat/2023/test``) or files.
+Runs
+    ``load_run(path)`` -> ``Run`` (a dict with ``.to_ranx()``, ``.to_pandas()``), ``save_run(run, path)``.
+Evaluation
+    ``evaluate(runs, qrels, measures)`` and ``compare(runs, qrels, measures, baseline=, test=, correction=)``
+    return a ``Table`` (``.to_pandas()``); measures as ir-measures or trec_eval name them.
+Experiments
+    ``Experiment.from_config("demo").run()`` -> ``RunDirectory`` (``.systems``, ``.metrics``, ``.weights``,
+    ``.turn(turn_id)``, ``.reformulations``, ``.responses``, ``.table()``).
+Stages
+    ``reformulate``, ``retrieve``, ``tune``, ``fuse``, ``rerank``, ``respond``, ``export``, ``validate``.
+Output
+    ``quiet()`` silences warnings and progress bars.
+
+PyTerrier transformers are in :mod:`apcir.pyterrier`; ``import apcir.irds`` registers the iKAT ids with
+ir_datasets.
+"""
 
 import os as _os
+from typing import Any as _Any
 
 __version__ = "0.1.0"
 
@@ -9,3 +32,40 @@ __version__ = "0.1.0"
 # value the user set is kept.
 for _name in ("OMP_DYNAMIC", "MKL_DYNAMIC"):
     _os.environ.setdefault(_name, "FALSE")
+
+__all__ = [
+    "Experiment",
+    "Run",
+    "RunDirectory",
+    "Table",
+    "TurnView",
+    "collection",
+    "compare",
+    "evaluate",
+    "experiment_names",
+    "export",
+    "fuse",
+    "load_run",
+    "qrels",
+    "quiet",
+    "reformulate",
+    "rerank",
+    "respond",
+    "retrieve",
+    "save_run",
+    "topics",
+    "tune",
+    "validate",
+]
+
+
+def __getattr__(name: str) -> _Any:
+    if name in __all__:
+        from apcir import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'apcir' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -30,6 +30,22 @@ out = _console(stderr=False)
 err = _console(stderr=True)
 
 
+def set_quiet(quiet: bool = True) -> None:
+    """Silence (or restore) everything apcir says: warnings, notes, progress bars and tables."""
+    out.quiet = err.quiet = quiet
+
+
+@contextmanager
+def silenced() -> Iterator[None]:
+    """Within the block apcir says nothing (``with apcir.console.silenced(): ...``)."""
+    before = (out.quiet, err.quiet)
+    set_quiet(True)
+    try:
+        yield
+    finally:
+        out.quiet, err.quiet = before
+
+
 def rule(title: str = "") -> None:
     """A separator line on stdout: the terminal's width, or 60 columns in a file."""
     if out.width >= PIPE_WIDTH:

@@ -90,12 +90,12 @@ def main() -> None:
     from apcir.contract.responses import load_responses
     from apcir.evaluation.judge import judge_all
     from apcir.llm.local_server import LocalServer
-    from apcir.reformulate.options import ReformulatorOptions
-    from apcir.reformulate.stage import reformulate
-    from apcir.respond.job import build_jobs
-    from apcir.respond.ptkb import bm25_similarity, rank_statements
-    from apcir.respond.settings import RespondSettings
-    from apcir.respond.stage import respond
+    from apcir.reformulation.settings import ReformulatorOptions
+    from apcir.reformulation.stage import reformulate
+    from apcir.responses.job import build_jobs
+    from apcir.responses.ptkb import bm25_similarity, rank_statements
+    from apcir.responses.settings import RespondSettings
+    from apcir.responses.stage import respond
     from apcir.retrieval.build import build_index
 
     if not (INDEX / "manifest.json").exists():

@@ -79,7 +79,7 @@ def pygaggle_batches(scorer, chosen: list[tuple[str, str]]) -> None:
     """pygaggle's MonoT5: per query, batches of 8 passages in run order, padded to the longest of the batch."""
     import torch
 
-    from apcir.rerank.monot5 import TEMPLATE
+    from apcir.reranking.monot5 import TEMPLATE
 
     for start in range(0, len(chosen), 8):
         batch = chosen[start : start + 8]
@@ -105,8 +105,8 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
-    from apcir.rerank.cross_encoder import CrossEncoderScorer
-    from apcir.rerank.monot5 import MonoT5
+    from apcir.reranking.cross_encoder import CrossEncoderScorer
+    from apcir.reranking.monot5 import MonoT5
 
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     root = Path(tempfile.mkdtemp(prefix="apcir-bench-rerank-"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -11,7 +12,7 @@ from nbclient import NotebookClient
 from apcir import datasets
 from apcir.experiment.config import load_config, resolve_config_path
 from apcir.experiment.pipeline import run_experiment
-from apcir.export.stage import validate_submission
+from apcir.submission.stage import validate_submission
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,10 +53,15 @@ def test_demo_rerun_reuses_everything(demo):
 
 def test_notebook_runs_on_the_demo_outputs(demo, monkeypatch):
     config, _ = demo
-    notebook = nbformat.read(ROOT / "notebooks" / "inspect_run.ipynb", as_version=4)
+    notebook = nbformat.read(ROOT / "notebooks" / "apcir_from_python.ipynb", as_version=4)
     monkeypatch.setenv("APCIR_RUN_DIR", str(config.run_dir))
     NotebookClient(notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
-    text = "".join(o.get("text", "") for c in notebook.cells if c.cell_type == "code" for o in c.get("outputs", []))
-    assert "run demo: topics ikat23-test" in text
-    assert "level a:" in text and "level c:" in text
-    assert "level a: w = [" in text and "fold 4:" in text
+    outputs = [o for c in notebook.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    text = "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in outputs)
+    assert "332 turns; 9-1_4" in text and "run demo: topics ikat23-test" in text
+    assert "level a:" in text and "level c:" in text and "level a: w = [" in text
+    assert "APCIR on this turn: {'MRR'" in text and "grade" in text
+    assert "no-personalisation" in text and "p corrected" in text and "Judged@10" in text
+    # the notebook uses only the public API
+    sources = "\n".join(c.source for c in notebook.cells if c.cell_type == "code")
+    assert re.findall(r"^(?:from|import) (\S+)", sources, re.M) == ["os", "collections", "pathlib", "apcir"]

@@ -6,10 +6,10 @@ from apcir import datasets
 from apcir.contract.reformulations import ReformulationOutput, ReformulationRecord
 from apcir.contract.responses import ResponseRecord, cited_numbers
 from apcir.errors import ApcirError
-from apcir.export.common import SubmissionInputs
-from apcir.export.stage import build_submission as build_format
-from apcir.export.stage import detect_format, save_submission, validate_submission, write_submission
-from apcir.respond.text import count_words, cut_to_words
+from apcir.responses.text import count_words, cut_to_words
+from apcir.submission.common import SubmissionInputs
+from apcir.submission.stage import build_submission as build_format
+from apcir.submission.stage import detect_format, save_submission, validate_submission, write_submission
 
 TOPICS = {"ikat23": "ikat23-test", "ikat24": "ikat24-test", "ikat25": "ikat25-test"}
 

@@ -20,9 +20,11 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("foundation", ["apcir.errors", "apcir.ids", "apcir.console", "apcir.io", "apcir.registry"]),
     ("contract", ["apcir.contract"]),
     ("services", ["apcir.datasets", "apcir.metrics", "apcir.llm"]),
-    ("stages", ["apcir.reformulate", "apcir.retrieval", "apcir.fusion", "apcir.rerank", "apcir.respond", "apcir.export",
-                "apcir.evaluation"]),
+    ("stages", ["apcir.reformulation", "apcir.retrieval", "apcir.fusion", "apcir.reranking", "apcir.responses",
+                "apcir.submission", "apcir.evaluation"]),
     ("experiment", ["apcir.experiment"]),
+    # the Python front doors: the public API, the PyTerrier transformers, the ir_datasets extension
+    ("api", ["apcir.api", "apcir.pyterrier", "apcir.irds"]),
     ("cli", ["apcir.cli", "apcir.__main__"]),
 ]
 ORDER = [component for _, components in LAYERS for component in components]
@@ -105,7 +107,7 @@ def test_nothing_below_the_cli_imports_the_cli():
 
 @pytest.mark.parametrize("source, expected", [
     ("from apcir.cli.common import console\n", "the cli layer is above the stages layer"),
-    ("from apcir.export.stage import write_submission\n", "apcir.export comes after apcir.fusion"),
+    ("from apcir.submission.stage import write_submission\n", "apcir.submission comes after apcir.fusion"),
 ])
 def test_the_check_catches_a_bad_import(tmp_path, monkeypatch, source, expected):
     bad = ROOT / "fusion" / "_layering_probe.py"

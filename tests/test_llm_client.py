@@ -12,9 +12,9 @@ from apcir import datasets
 from apcir.contract.reformulations import load_reformulations
 from apcir.errors import ApcirError
 from apcir.llm.client import LLMAuthError, LLMFatalError
-from apcir.reformulate.options import ReformulatorOptions
-from apcir.reformulate.prompt import PromptOptions
-from apcir.reformulate.stage import reformulate
+from apcir.reformulation.prompt import PromptOptions
+from apcir.reformulation.settings import ReformulatorOptions
+from apcir.reformulation.stage import reformulate
 
 SECRET = "sk-test-SECRET-4f9a2c"
 KEY_ENV = "APCIR_TEST_SECRET_KEY"

@@ -10,10 +10,10 @@ import pytest
 from apcir import datasets
 from apcir.contract.records import HistoryEntry, Turn
 from apcir.contract.reformulations import load_reformulations
-from apcir.reformulate.offline import heuristic_output, manual_output, offline_record, ptkb_similarities
-from apcir.reformulate.options import ReformulatorOptions
-from apcir.reformulate.registry import is_offline
-from apcir.reformulate.stage import reformulate
+from apcir.reformulation.offline import heuristic_output, manual_output, offline_record, ptkb_similarities
+from apcir.reformulation.registry import is_offline
+from apcir.reformulation.settings import ReformulatorOptions
+from apcir.reformulation.stage import reformulate
 
 
 @pytest.fixture

@@ -7,12 +7,12 @@ import json
 import pytest
 
 from apcir import datasets
-from apcir.reformulate.demonstrations import (
+from apcir.reformulation.demonstrations import (
     builtin_demonstrations,
     same_conversation,
     select_demonstrations,
 )
-from apcir.reformulate.prompt import PromptOptions, build_prompt, output_schema, parse_answer, prompt_hash
+from apcir.reformulation.prompt import PromptOptions, build_prompt, output_schema, parse_answer, prompt_hash
 
 
 @pytest.fixture(scope="module")

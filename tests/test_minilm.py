@@ -43,7 +43,7 @@ def test_retrieve_with_minilm_ranks_a_paraphrase_above_shared_words(tmp_path, ru
 
 
 def test_the_ptkb_ranker_can_use_minilm():
-    from apcir.respond.ptkb import similarity_for
+    from apcir.responses.ptkb import similarity_for
 
     spec = similarity_for("minilm")
     (scores,) = spec.similarity([("how do cats sleep", [PASSAGES["para"], PASSAGES["other"]])])

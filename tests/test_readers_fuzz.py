@@ -215,7 +215,7 @@ RECORD = {"turn_id": "10-1_1", "model": "m", "status": "ok", "output": {
 @given(st.data())
 def test_reformulations(data):
     from apcir.contract.reformulations import load_reformulations
-    from apcir.reformulate.file import read_fields
+    from apcir.reformulation.file import read_fields
 
     rows = [mutate(data, RECORD), RECORD]
     content = "".join(json.dumps(r) + "\n" for r in rows)
@@ -239,8 +239,8 @@ TURNS = [t for t in datasets.topics("ikat24-test") if t.conversation_id == "0"]
 @pytest.fixture(scope="module")
 def submissions():
     from apcir.contract.reformulations import ReformulationOutput, ReformulationRecord
-    from apcir.export.common import SubmissionInputs
-    from apcir.export.stage import build_submission
+    from apcir.submission.common import SubmissionInputs
+    from apcir.submission.stage import build_submission
 
     run = {t.turn_id: {PID: 2.0, "clueweb22-en0000-00-00002:1": 1.0} for t in TURNS}
     output = ReformulationOutput(reasoning="", level="b", rewrite="q", response="r", third_rewrite="q",
@@ -253,7 +253,7 @@ def submissions():
 @FUZZ
 @given(data=st.data())
 def test_submissions(data, submissions):
-    from apcir.export.stage import detect_format, validate_submission
+    from apcir.submission.stage import detect_format, validate_submission
 
     fmt = data.draw(st.sampled_from(sorted(submissions)))
     value = mutate(data, submissions[fmt])
@@ -278,7 +278,7 @@ ANSWER = {"reasoning": "r", "level": "b", "rewrite": "q", "response": "r", "thir
 @FUZZ
 @given(st.data())
 def test_llm_answers(data):
-    from apcir.reformulate.prompt import InvalidAnswer, parse_answer
+    from apcir.reformulation.prompt import InvalidAnswer, parse_answer
 
     turn = TURNS[2]
     raw = json.dumps(mutate(data, ANSWER), allow_nan=True)

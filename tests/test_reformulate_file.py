@@ -9,11 +9,11 @@ import pytest
 from apcir import datasets
 from apcir.contract.reformulations import load_reformulations
 from apcir.errors import ApcirError
-from apcir.reformulate.file import file_records
-from apcir.reformulate.offline import heuristic_output
-from apcir.reformulate.options import ReformulatorOptions, parse_map
-from apcir.reformulate.registry import is_offline, reformulator_for
-from apcir.reformulate.stage import reformulate
+from apcir.reformulation.file import file_records
+from apcir.reformulation.offline import heuristic_output
+from apcir.reformulation.registry import is_offline, reformulator_for
+from apcir.reformulation.settings import ReformulatorOptions, parse_map
+from apcir.reformulation.stage import reformulate
 
 
 @pytest.fixture(scope="module")

@@ -299,8 +299,8 @@ def test_weights_of_unknown_levels_or_a_newer_version(run_cli, fusion_files, ext
 @pytest.fixture(scope="module")
 def submission(tmp_path_factory):
     from apcir.contract.reformulations import ReformulationOutput, ReformulationRecord
-    from apcir.export.common import SubmissionInputs
-    from apcir.export.stage import write_submission
+    from apcir.submission.common import SubmissionInputs
+    from apcir.submission.stage import write_submission
 
     tmp = tmp_path_factory.mktemp("sub")
     turns = datasets.topics("ikat24-test")

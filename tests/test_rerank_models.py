@@ -15,8 +15,8 @@ from tiny_models import tiny_cross_encoder, tiny_t5, tiny_t5_sentencepiece
 
 from apcir.contract.runs import ranking, read_run_file, write_run
 from apcir.errors import ApcirError
-from apcir.rerank.settings import RerankSettings
-from apcir.rerank.stage import rerank_run
+from apcir.reranking.settings import RerankSettings
+from apcir.reranking.stage import rerank_run
 
 QUERY = "which universities in the netherlands are best for computer science"
 DOCS = {
@@ -93,7 +93,7 @@ def test_monot5_score_is_log_p_true_of_the_first_decoder_step(t5, tmp_path, batc
 def test_monot5_on_a_sentencepiece_vocabulary_uses_the_word_start_pieces(t5_sp):
     from transformers import AutoTokenizer
 
-    from apcir.rerank.monot5 import MonoT5
+    from apcir.reranking.monot5 import MonoT5
 
     tokenizer = AutoTokenizer.from_pretrained(str(t5_sp), local_files_only=True)
     scorer = MonoT5(str(t5_sp), device="cpu", batch_size=4)
@@ -105,7 +105,7 @@ def test_monot5_on_a_sentencepiece_vocabulary_uses_the_word_start_pieces(t5_sp):
 
 
 def test_an_answer_word_the_vocabulary_lacks_is_an_error_naming_it(t5):
-    from apcir.rerank.monot5 import MonoT5
+    from apcir.reranking.monot5 import MonoT5
 
     with pytest.raises(ApcirError, match="answer word 'zzyzx-nope'"):
         MonoT5(str(t5), device="cpu", true_token="zzyzx-nope")
@@ -160,7 +160,7 @@ def test_cross_encoder_score_is_the_raw_logit(cross):
 
 @pytest.mark.parametrize("reranker", ["monot5", "cross-encoder"])
 def test_an_unloadable_hub_model_names_itself_and_the_way_out(reranker, monkeypatch):
-    from apcir.rerank.stage import load_reranker
+    from apcir.reranking.stage import load_reranker
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     settings = RerankSettings(reranker=reranker, device="cpu")
@@ -171,7 +171,7 @@ def test_an_unloadable_hub_model_names_itself_and_the_way_out(reranker, monkeypa
 
 
 def test_a_missing_local_directory_is_named():
-    from apcir.rerank.stage import load_reranker
+    from apcir.reranking.stage import load_reranker
 
     with pytest.raises(ApcirError, match="directory not found: /no/such/monot5"):
         load_reranker(RerankSettings(reranker="monot5", model="/no/such/monot5", device="cpu"))
@@ -202,7 +202,7 @@ def _absent_gpu() -> str:
                                              (None, "CUDA GPU")])
 @pytest.mark.parametrize("reranker", ["monot5", "cross-encoder"])
 def test_a_device_torch_does_not_know_or_this_machine_lacks_is_refused(t5, cross, reranker, device, message):
-    from apcir.rerank.stage import load_reranker
+    from apcir.reranking.stage import load_reranker
 
     model = t5 if reranker == "monot5" else cross
     with pytest.raises(ApcirError, match=message):
@@ -219,7 +219,7 @@ def test_the_retrieval_encoders_share_the_device_check():
 
 
 def test_a_model_that_is_not_a_cross_encoder_is_refused(t5):
-    from apcir.rerank.stage import load_reranker
+    from apcir.reranking.stage import load_reranker
 
     # a T5 loads as T5ForSequenceClassification with a newly initialised (random) head: its scores would be noise
     with pytest.raises(ApcirError, match=r"is not a cross-encoder: its config names T5ForConditionalGeneration"):
@@ -227,7 +227,7 @@ def test_a_model_that_is_not_a_cross_encoder_is_refused(t5):
 
 
 def test_answer_words_that_are_the_same_token_are_refused(t5):
-    from apcir.rerank.monot5 import MonoT5
+    from apcir.reranking.monot5 import MonoT5
 
     with pytest.raises(ValueError, match="the same word as true_token"):
         RerankSettings(true_token="true", false_token=" true")

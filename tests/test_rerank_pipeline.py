@@ -13,7 +13,7 @@ from fake_openai import FakeOpenAI, Reply
 from tiny_models import tiny_t5
 
 from apcir.contract.runs import load_run, ranking
-from apcir.rerank.rankgpt import expected_windows
+from apcir.reranking.rankgpt import expected_windows
 
 pytestmark = pytest.mark.slow
 

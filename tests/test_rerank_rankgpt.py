@@ -14,7 +14,7 @@ from fake_openai import FakeOpenAI, Reply
 
 from apcir.contract.runs import ranking, read_run_file
 from apcir.llm.settings import LLMSettings
-from apcir.rerank.rankgpt import (
+from apcir.reranking.rankgpt import (
     SYSTEM,
     expected_windows,
     parse_permutation,
@@ -22,8 +22,8 @@ from apcir.rerank.rankgpt import (
     permutation_messages,
     window_bounds,
 )
-from apcir.rerank.settings import RerankSettings
-from apcir.rerank.stage import rerank_run
+from apcir.reranking.settings import RerankSettings
+from apcir.reranking.stage import rerank_run
 
 TURNS = ["9-1_1", "9-1_2", "10-2_1"]
 

@@ -9,12 +9,12 @@ import pytest
 from apcir import datasets
 from apcir.contract.reformulations import ReformulationOutput, ReformulationRecord
 from apcir.contract.responses import cited_numbers, load_responses, strip_citations
-from apcir.reformulate.offline import offline_record
-from apcir.respond.extractive import extractive_record
-from apcir.respond.job import build_jobs
-from apcir.respond.ptkb import profile_order
-from apcir.respond.settings import RespondSettings
-from apcir.respond.text import count_words, cut_to_words
+from apcir.reformulation.offline import offline_record
+from apcir.responses.extractive import extractive_record
+from apcir.responses.job import build_jobs
+from apcir.responses.ptkb import profile_order
+from apcir.responses.settings import RespondSettings
+from apcir.responses.text import count_words, cut_to_words
 
 TURNS = datasets.topics("ikat23-test")
 IDS = sorted(p.id for p in datasets.iter_collection(datasets.collection_path("ikat23-provenance")))

@@ -14,10 +14,10 @@ from fake_openai import FakeOpenAI
 
 from apcir import datasets
 from apcir.contract.responses import load_responses
-from apcir.respond.job import build_jobs
-from apcir.respond.ptkb import profile_order, write_ptkb_run
-from apcir.respond.settings import RespondSettings
-from apcir.respond.stage import respond
+from apcir.responses.job import build_jobs
+from apcir.responses.ptkb import profile_order, write_ptkb_run
+from apcir.responses.settings import RespondSettings
+from apcir.responses.stage import respond
 
 SECRET = "sk-test-SECRET-5e0c2a"
 TURNS = datasets.topics("ikat23-test")[:6]

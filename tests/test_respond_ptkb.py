@@ -10,8 +10,8 @@ from apcir import datasets
 from apcir.contract.reformulations import ReformulationOutput, ReformulationRecord
 from apcir.errors import ApcirError
 from apcir.metrics import evaluate
-from apcir.reformulate.offline import offline_record
-from apcir.respond.ptkb import as_run, bm25_similarity, load_ptkb_run, rank_by, rank_statements, write_ptkb_run
+from apcir.reformulation.offline import offline_record
+from apcir.responses.ptkb import as_run, bm25_similarity, load_ptkb_run, rank_by, rank_statements, write_ptkb_run
 
 TURNS = datasets.topics("ikat23-test")
 

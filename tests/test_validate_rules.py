@@ -3,7 +3,7 @@
 Each probe takes a valid submission made by apcir's exporter, breaks one thing,
 and expects the problem line that names it. The rules and their sources (the
 organisers' irlabamsterdam/iKAT 2023/, 2024/ and 2025/ validators) are cited
-in apcir/export/ikat_json.py and apcir/export/ikat2025.py; the tag at the end
+in apcir/submission/ikat_json.py and apcir/submission/ikat2025.py; the tag at the end
 of a problem says whose rule it is.
 """
 
@@ -17,8 +17,8 @@ import pytest
 from apcir import datasets
 from apcir.contract.reformulations import ReformulationOutput, ReformulationRecord
 from apcir.contract.responses import ResponseRecord
-from apcir.export.common import SubmissionInputs
-from apcir.export.stage import build_submission, detect_format, validate_submission
+from apcir.submission.common import SubmissionInputs
+from apcir.submission.stage import build_submission, detect_format, validate_submission
 
 YEARS = {2023: ("ikat23-test", "ikat23"), 2024: ("ikat24-test", "ikat24"), 2025: ("ikat25-test", "ikat25")}
 IDS = [f"clueweb22-en0000-00-{i:05d}:0" for i in range(4)]

@@ -78,7 +78,7 @@ def test_run_with_every_ablation_in_its_config_sends_what_reformulate_sends(smal
 
 
 def test_one_word_of_the_system_prompt_redoes_the_reformulation(small, monkeypatch):
-    from apcir.reformulate import prompt
+    from apcir.reformulation import prompt
 
     with FakeOpenAI() as server:
         cfg = experiment(small, "promptword", {"llm": "gpt-test", "base_url": server.url})

@@ -13,12 +13,12 @@ from apcir.contract.reformulations import load_reformulations
 from apcir.contract.responses import load_responses
 from apcir.contract.runs import read_run_file, validate_run
 from apcir.errors import ApcirError
-from apcir.export.common import CLUEWEB_ID, SubmissionInputs
-from apcir.export.formats import FORMATS, format_for_year
-from apcir.export.settings import ExportSettings
-from apcir.export.stage import text_ids, validate_submission, write_submission
 from apcir.io import check_writable, iter_lines, refuse_inputs_as_outputs
-from apcir.respond.ptkb import load_ptkb_run, reformulation_statements, warn_unknown_statements
+from apcir.responses.ptkb import load_ptkb_run, reformulation_statements, warn_unknown_statements
+from apcir.submission.common import CLUEWEB_ID, SubmissionInputs
+from apcir.submission.formats import FORMATS, format_for_year
+from apcir.submission.settings import ExportSettings
+from apcir.submission.stage import text_ids, validate_submission, write_submission
 
 
 def export_command(

@@ -13,10 +13,10 @@ from apcir.cli.common import console, print_batch_summary, print_json, settings
 from apcir.console import rule
 from apcir.errors import ApcirError
 from apcir.io import refuse_inputs_as_outputs
-from apcir.reformulate.options import ReformulatorOptions, parse_map
-from apcir.reformulate.prompt import PromptOptions, build_prompt, estimate_tokens
-from apcir.reformulate.registry import usage_help
-from apcir.reformulate.stage import ReformulateSummary, reformulate
+from apcir.reformulation.prompt import PromptOptions, build_prompt, estimate_tokens
+from apcir.reformulation.registry import usage_help
+from apcir.reformulation.settings import ReformulatorOptions, parse_map
+from apcir.reformulation.stage import ReformulateSummary, reformulate
 
 _NO_COT = typer.Option(False, "--no-cot", help="Ablation: no reasoning asked for (no chain of thought).")
 _NO_EXAMPLES = typer.Option(False, "--no-level-examples", help="Ablation: no short examples per level.")

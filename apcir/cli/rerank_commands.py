@@ -14,8 +14,8 @@ from apcir.contract.runs import read_run_file, write_run
 from apcir.errors import ApcirError
 from apcir.io import check_writable, refuse_inputs_as_outputs
 from apcir.llm.settings import LLMSettings
-from apcir.rerank.registry import RERANKERS
-from apcir.rerank.settings import RerankSettings
+from apcir.reranking.registry import RERANKERS
+from apcir.reranking.settings import RerankSettings
 
 _DEFAULTS = ", ".join(f"{spec.name} {spec.default_model}" for spec in RERANKERS)
 
@@ -69,7 +69,7 @@ def rerank_command(
 ) -> None:
     """Re-rank the top --depth passages of every turn of a run; write a TREC run."""
     from apcir.datasets import collection_path
-    from apcir.rerank.stage import query_text, rerank_run, texts_for
+    from apcir.reranking.stage import query_text, rerank_run, texts_for
     from apcir.retrieval.queries import is_jsonl, load_queries
 
     llm = settings(
@@ -112,7 +112,7 @@ def rerank_command(
 
 
 def print_summary(summary: object, out: Path) -> None:
-    from apcir.rerank.stage import RerankSummary
+    from apcir.reranking.stage import RerankSummary
 
     assert isinstance(summary, RerankSummary)
     table = Table(title=f"rerank {summary.reranker} ({summary.model}) -> {out}")

@@ -12,8 +12,8 @@ from apcir.contract.reformulations import load_reformulations
 from apcir.contract.runs import read_run_file
 from apcir.errors import ApcirError
 from apcir.io import check_writable, refuse_inputs_as_outputs
-from apcir.respond.job import build_jobs, check_run_turns, needed_passages
-from apcir.respond.ptkb import (
+from apcir.responses.job import build_jobs, check_run_turns, needed_passages
+from apcir.responses.ptkb import (
     BM25,
     METHODS,
     bm25_similarity,
@@ -24,9 +24,9 @@ from apcir.respond.ptkb import (
     warn_unknown_statements,
     write_ptkb_run,
 )
-from apcir.respond.registry import usage_help
-from apcir.respond.settings import RespondSettings
-from apcir.respond.stage import RespondSummary, respond
+from apcir.responses.registry import usage_help
+from apcir.responses.settings import RespondSettings
+from apcir.responses.stage import RespondSummary, respond
 
 
 def index_dependencies(index: Path) -> list[Path]:

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import typer
 from rich.table import Table
 
 from apcir.cli.common import console
 from apcir.cli.eval_commands import response_table
-from apcir.errors import ApcirError
 from apcir.evaluation.results import RunMetrics
-from apcir.experiment.config import load_config, resolve_config_path, validate_config
+from apcir.experiment.config import load_config, resolve_config_path, validate_config, with_overrides
 from apcir.experiment.pipeline import run_experiment
 from apcir.fusion.systems import SYSTEMS
 
@@ -65,45 +62,9 @@ def run_command(
 ) -> None:
     """Run every stage of an experiment; stages whose inputs did not change are reused."""
     path = resolve_config_path(config)
-    data: dict[str, Any] = load_config(path).model_dump(exclude_unset=True)
-    reformulator = dict(data.get("reformulator", {}))
-    if llm:
-        reformulator["llm"] = llm
-    respond = dict(data.get("respond", {}))
-    if responder:
-        respond["responder"] = responder
-    for option, key, value in (("--base-url", "base_url", base_url),
-                               ("--max-prompt-tokens", "max_prompt_tokens", max_prompt_tokens)):
-        if value is None:
-            continue
-        # to the stages that ask a model (an offline one would refuse a setting it does not use)
-        from apcir.reformulate.registry import is_offline
-        from apcir.respond.registry import responder_for
-
-        asking = [section for section, offline in (
-            (reformulator, is_offline(str(reformulator.get("llm", "heuristic")))),
-            (respond, responder_for(str(respond.get("responder", "extractive"))).offline)) if not offline]
-        if not asking:
-            raise ApcirError(f"{option}: neither the reformulator nor the responder asks a model here; give --llm "
-                             "or --responder a model name too")
-        for section in asking:
-            section[key] = value
-    data["reformulator"] = reformulator
-    data["respond"] = respond
-    if output_dir:
-        data["output_dir"] = output_dir
-    if judged_only:
-        from apcir import datasets
-
-        qrels = (data.get("evaluation") or {}).get("qrels")
-        if not qrels:
-            raise ApcirError("--judged-only needs [evaluation] qrels in the config")
-        judged = datasets.qrels(qrels)
-        chosen = [t.turn_id for t in datasets.select_turns(data.get("topics", "ikat23-test"), data.get("turns"))
-                  if t.turn_id in judged]
-        if not chosen:
-            raise ApcirError(f"--judged-only: no turn of the topics is judged in {qrels}")
-        data["turns"] = chosen
+    data = with_overrides(load_config(path).model_dump(exclude_unset=True), llm=llm, responder=responder,
+                          base_url=base_url, max_prompt_tokens=max_prompt_tokens, judged_only=judged_only,
+                          output_dir=output_dir)
     experiment = validate_config(data, path)
     report = run_experiment(experiment, console, progress=not no_progress)
     if report.metrics is not None:

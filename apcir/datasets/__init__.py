@@ -8,7 +8,15 @@ from pathlib import Path
 from apcir.contract.records import Qrels, Turn
 from apcir.datasets.collection import iter_collection, load_collection, passage_texts
 from apcir.datasets.qrels import load_qrels, write_qrels
-from apcir.datasets.registry import COLLECTIONS, QRELS, TOPICS, collection_path, qrels_path, topics_path
+from apcir.datasets.registry import (
+    COLLECTIONS,
+    IR_DATASETS,
+    QRELS,
+    TOPICS,
+    collection_path,
+    qrels_path,
+    topics_path,
+)
 from apcir.datasets.topics import load_topics
 from apcir.errors import ApcirError
 from apcir.ids import canonical_turn_id
@@ -16,8 +24,14 @@ from apcir.io import read_json
 
 
 def topics(name_or_path: str | Path) -> list[Turn]:
-    """Turns of a bundled topic set (``ikat23-test``) or of a topic file."""
-    return load_topics(topics_path(name_or_path))
+    """Turns of a bundled topic set (``ikat23-test``), of an ir_datasets id (``trec-ikat/2023/judged``) or of a
+    topic file."""
+    turns = load_topics(topics_path(name_or_path))
+    entry = IR_DATASETS.get(str(name_or_path).removeprefix("irds:"))
+    if entry is not None and entry.judged_only and entry.qrels:
+        judged = set(qrels(entry.qrels))
+        turns = [t for t in turns if t.turn_id in judged]
+    return turns
 
 
 def qrels(name_or_path: str | Path) -> Qrels:
@@ -34,7 +48,8 @@ def topics_year(name_or_path: str | Path) -> int:
     (``17``, the 2024 files write them as JSON numbers) are 2024, whose
     validator parses turn ids as ``<int>_<int>``; anything else (``9-1``) is 2023.
     """
-    text = str(name_or_path)
+    text = str(name_or_path).removeprefix("irds:")
+    text = IR_DATASETS[text].topics if text in IR_DATASETS else text
     if text in TOPICS:
         return 2000 + int(text[4:6])
     data = read_json(topics_path(name_or_path), "topic file")
@@ -75,6 +90,7 @@ def select_turns(
 
 __all__ = [
     "COLLECTIONS",
+    "IR_DATASETS",
     "QRELS",
     "TOPICS",
     "collection_path",

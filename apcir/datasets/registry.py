@@ -54,6 +54,37 @@ COLLECTIONS: dict[str, BundledDataset] = {
 }
 
 
+@dataclass(frozen=True)
+class IrDatasetsId:
+    """An ir_datasets id apcir serves from its bundled data (``import apcir.irds`` registers them)."""
+
+    topics: str
+    qrels: str | None = None
+    collection: str | None = None
+    judged_only: bool = False
+    """Only the turns the qrels judge (the ``/judged`` ids of ir_datasets PR #264)."""
+    description: str = ""
+
+
+# The ids ir_datasets PR #264 proposes (trec-ikat/2023, /judged, /judged/ptkb) and the per-split ids apcir adds.
+IR_DATASETS: dict[str, IrDatasetsId] = {
+    "trec-ikat/2023": IrDatasetsId("ikat23-test", "ikat23-test", description="iKAT 2023 test topics and qrels"),
+    "trec-ikat/2023/judged": IrDatasetsId("ikat23-test", "ikat23-test", judged_only=True,
+                                          description="iKAT 2023 test turns that NIST judged, with their qrels"),
+    "trec-ikat/2023/judged/ptkb": IrDatasetsId("ikat23-test", "ikat23-test-ptkb", judged_only=True,
+                                               description="iKAT 2023 judged turns with the PTKB-statement qrels"),
+    "trec-ikat/2023/train": IrDatasetsId("ikat23-train", description="iKAT 2023 train topics (no qrels)"),
+    "trec-ikat/2023/test": IrDatasetsId("ikat23-test", "ikat23-test", description="iKAT 2023 test topics and qrels"),
+    "trec-ikat/2023/test/ptkb": IrDatasetsId("ikat23-test", "ikat23-test-ptkb",
+                                             description="iKAT 2023 test topics with the PTKB-statement qrels"),
+    "trec-ikat/2023/test/provenance": IrDatasetsId(
+        "ikat23-test", "ikat23-test-provenance", "ikat23-provenance",
+        description="iKAT 2023 test topics, the 894 provenance passages as documents, qrels restricted to them"),
+    "trec-ikat/2024/test": IrDatasetsId("ikat24-test", "ikat24-test", description="iKAT 2024 test topics and qrels"),
+    "trec-ikat/2025/test": IrDatasetsId("ikat25-test", description="iKAT 2025 test topics (judgments: see docs)"),
+}
+
+
 def _looks_like_path(value: str) -> bool:
     return "/" in value or "\\" in value or Path(value).suffix != "" or Path(value).exists()
 
@@ -61,7 +92,13 @@ def _looks_like_path(value: str) -> bool:
 def _resolve(
     value: str | Path, known: dict[str, BundledDataset], kind: str, locate: Callable[[str], Path]
 ) -> Path:
-    text = str(value)
+    text = str(value).removeprefix("irds:")  # PyTerrier's spelling of an ir_datasets id
+    if text in IR_DATASETS:
+        entry = IR_DATASETS[text]
+        bundled = {"topic set": entry.topics, "qrels": entry.qrels, "collection": entry.collection}[kind]
+        if bundled is None:
+            raise ApcirError(f"the ir_datasets id {text!r} has no {kind}")
+        text = bundled
     if text in known:
         return locate(text)
     if _looks_like_path(text):

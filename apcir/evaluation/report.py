@@ -24,7 +24,7 @@ from pathlib import Path
 from apcir.evaluation.results import GROUPS, RunMetrics
 from apcir.io import atomic_write, write_text
 from apcir.metrics.significance import Comparison, SignificanceSettings, compare_with
-from apcir.rerank.registry import RERANKERS
+from apcir.reranking.registry import RERANKERS
 from apcir.retrieval.registry import BACKENDS
 
 LEVEL_NAMES = {"a": "a (none)", "b": "b (bonus)", "c": "c (indispensable)"}

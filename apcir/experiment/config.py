@@ -2,7 +2,7 @@
 
 Each section is the settings record of one stage, the same record that
 stage's command builds from its options: ``[reformulator]``
-(:class:`~apcir.reformulate.options.ReformulatorOptions`), ``[retrieval]``,
+(:class:`~apcir.reformulation.settings.ReformulatorOptions`), ``[retrieval]``,
 ``[fusion]`` (with ``[fusion.weights]``), ``[rerank]`` (optional; one table, or
 several as ``[[rerank]]``), ``[respond]``, ``[evaluation]`` (with
 ``[evaluation.judge]``) and ``[export]``. The export format defaults to the
@@ -28,15 +28,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from apcir import datasets
 from apcir.errors import ApcirError
 from apcir.evaluation.settings import EvaluationSettings
-from apcir.export.common import format_year_problem
-from apcir.export.formats import FORMATS
-from apcir.export.settings import ExportSettings
 from apcir.fusion.settings import FusionSettings
 from apcir.io import check_unicode, read_text
-from apcir.reformulate.options import ReformulatorOptions
-from apcir.rerank.settings import RerankSettings
-from apcir.respond.settings import RespondSettings
+from apcir.reformulation.settings import ReformulatorOptions
+from apcir.reranking.settings import RerankSettings
+from apcir.responses.settings import RespondSettings
 from apcir.retrieval.settings import RetrievalSettings
+from apcir.submission.common import format_year_problem
+from apcir.submission.formats import FORMATS
+from apcir.submission.settings import ExportSettings
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
@@ -109,7 +109,7 @@ class ExperimentConfig(BaseModel):
         tuner = weights.tune_llm or self.reformulator.llm
         if weights.source != "tune" or not weights.tune_topics or not tuner.startswith("file:"):
             return self
-        from apcir.reformulate.file import file_path, read_fields
+        from apcir.reformulation.file import file_path, read_fields
 
         try:
             fields, _ = read_fields(file_path(tuner), {} if weights.tune_llm else self.reformulator.map)
@@ -210,3 +210,47 @@ def validate_config(data: dict[str, object], path: Path | None = None) -> Experi
         lines = [(f"{'.'.join(str(p) for p in e['loc'])}: " if e["loc"] else "")
                  + str(e["msg"]).removeprefix("Value error, ") for e in exc.errors()]
         raise ApcirError("invalid config: " + "; ".join(lines), path=path) from None
+
+
+def with_overrides(data: dict[str, Any], *, llm: str | None = None, responder: str | None = None,
+                   base_url: str | None = None, max_prompt_tokens: int | None = None, judged_only: bool = False,
+                   output_dir: str | None = None) -> dict[str, Any]:
+    """A config's data with ``apcir run``'s overrides applied (the CLI options and the Python API's arguments)."""
+    data = dict(data)
+    reformulator = dict(data.get("reformulator", {}))
+    if llm:
+        reformulator["llm"] = llm
+    respond = dict(data.get("respond", {}))
+    if responder:
+        respond["responder"] = responder
+    for option, key, value in (("--base-url", "base_url", base_url),
+                               ("--max-prompt-tokens", "max_prompt_tokens", max_prompt_tokens)):
+        if value is None:
+            continue
+        # to the stages that ask a model (an offline one would refuse a setting it does not use)
+        from apcir.reformulation.registry import is_offline
+        from apcir.responses.registry import responder_for
+
+        asking = [section for section, offline in (
+            (reformulator, is_offline(str(reformulator.get("llm", "heuristic")))),
+            (respond, responder_for(str(respond.get("responder", "extractive"))).offline)) if not offline]
+        if not asking:
+            raise ApcirError(f"{option}: neither the reformulator nor the responder asks a model here; give --llm "
+                             "or --responder a model name too")
+        for section in asking:
+            section[key] = value
+    data["reformulator"] = reformulator
+    data["respond"] = respond
+    if output_dir:
+        data["output_dir"] = str(output_dir)
+    if judged_only:
+        qrels = (data.get("evaluation") or {}).get("qrels")
+        if not qrels:
+            raise ApcirError("--judged-only needs [evaluation] qrels in the config")
+        judged = datasets.qrels(qrels)
+        chosen = [t.turn_id for t in datasets.select_turns(data.get("topics", "ikat23-test"), data.get("turns"))
+                  if t.turn_id in judged]
+        if not chosen:
+            raise ApcirError(f"--judged-only: no turn of the topics is judged in {qrels}")
+        data["turns"] = chosen
+    return data

@@ -58,10 +58,10 @@ from apcir.experiment.environment import environment, record_index
 from apcir.experiment.ledger import StageLedger, StageOutcome
 from apcir.io import exclusive, read_json, refuse_inputs_inside, remove_stale_temporaries, write_json
 from apcir.llm.settings import redact_urls
-from apcir.reformulate.options import ReformulatorOptions
-from apcir.reformulate.stage import reformulate, stage_identity
-from apcir.rerank.registry import RERANKERS
-from apcir.rerank.settings import RerankSettings
+from apcir.reformulation.settings import ReformulatorOptions
+from apcir.reformulation.stage import reformulate, stage_identity
+from apcir.reranking.registry import RERANKERS
+from apcir.reranking.settings import RerankSettings
 
 FUSION_FILE = "fusion.json"
 _PACKAGE = Path(__file__).resolve().parent.parent
@@ -190,7 +190,7 @@ class Experiment:
             self.ledger.mark_unfinished(name)
             self.report.failed_turns.extend(failed)
         records = with_fallbacks(load_reformulations(out), turns)
-        from apcir.respond.ptkb import reformulation_statements, warn_unknown_statements
+        from apcir.responses.ptkb import reformulation_statements, warn_unknown_statements
 
         warn_unknown_statements(turns, reformulation_statements(records), f"{name} ({out.name})")
         fallen = sorted(t for t, r in records.items() if r.status == "failed")
@@ -413,7 +413,7 @@ class Experiment:
                index_dir: Path) -> tuple[dict[str, tuple[str, str]], Path | None]:
         """Every ``[[rerank]]`` entry over its systems; returns {re-ranked system: (base, key)} and the run to submit."""
         from apcir.console import warn
-        from apcir.rerank.stage import candidate_ids, load_reranker, record_queries, rerank_run
+        from apcir.reranking.stage import candidate_ids, load_reranker, record_queries, rerank_run
 
         cfg = self.config
         run_dir = self.run_dir
@@ -533,7 +533,7 @@ class Experiment:
     # ---- stage 4: PTKB statement ranking and responses ---------------------------------------
     def rank_ptkb(self, turns: list[Turn], records: dict[str, ReformulationRecord]) -> Path:
         """``ptkb.run`` (apcir's ranking, what the responses and the submission use) and its two baselines."""
-        from apcir.respond.ptkb import (
+        from apcir.responses.ptkb import (
             BM25,
             heuristic_order,
             profile_order,
@@ -547,8 +547,8 @@ class Experiment:
         baselines = {name: self.run_dir / "ptkb" / f"{name}.run" for name in ("heuristic", "profile")}
         encoder = cfg.retrieval.encoder if cfg.retrieval.uses_encoder else BM25
         inputs = {"reformulations": self.run_dir / "reformulations.jsonl", "topics": datasets.topics_path(cfg.topics),
-                  "turns": [t.turn_id for t in turns], "encoder": encoder, "code": _code_digest("respond/ptkb.py",
-                                                                                              "respond/text.py")}
+                  "turns": [t.turn_id for t in turns], "encoder": encoder, "code": _code_digest("responses/ptkb.py",
+                                                                                              "responses/text.py")}
 
         def work() -> str:
             from apcir.retrieval.registry import BACKENDS
@@ -565,9 +565,9 @@ class Experiment:
     def respond(self, turns: list[Turn], records: dict[str, ReformulationRecord], final_run: Path,
                 ptkb_run: Path, index_dir: Path) -> Path:
         """``responses.jsonl``: one response per turn from the final run's top passages (resumable)."""
-        from apcir.respond.job import build_jobs, needed_passages
-        from apcir.respond.ptkb import load_ptkb_run
-        from apcir.respond.stage import respond, stage_identity
+        from apcir.responses.job import build_jobs, needed_passages
+        from apcir.responses.ptkb import load_ptkb_run
+        from apcir.responses.stage import respond, stage_identity
 
         cfg = self.config
         out = self.run_dir / "responses.jsonl"
@@ -602,9 +602,9 @@ class Experiment:
     def export(self, turns: list[Turn], records: dict[str, ReformulationRecord], final_run: Path, responses: Path,
                ptkb_run: Path, index_dir: Path) -> Path:
         from apcir.contract.responses import load_responses
-        from apcir.export.common import SubmissionInputs
-        from apcir.export.stage import text_ids, write_submission
-        from apcir.respond.ptkb import load_ptkb_run
+        from apcir.responses.ptkb import load_ptkb_run
+        from apcir.submission.common import SubmissionInputs
+        from apcir.submission.stage import text_ids, write_submission
 
         cfg = self.config
         fmt = cfg.export.format
@@ -615,7 +615,7 @@ class Experiment:
                   "turns": [t.turn_id for t in turns], "reformulations": self.run_dir / "reformulations.jsonl",
                   "responses": responses, "ptkb": ptkb_run,
                   "passages": datasets.collection_path(passages_source) if passages_source else None,
-                  "export": cfg.export.model_dump(mode="json"), "code": _code_digest("export/common.py")}
+                  "export": cfg.export.model_dump(mode="json"), "code": _code_digest("submission/common.py")}
 
         def work() -> str:
             run = self.read_run(final_run)
@@ -791,7 +791,7 @@ def _run(config: ExperimentConfig, console: Console, progress: bool) -> RunRepor
 def _check_outputs(exp: Experiment, turns: list[Turn], submission: Path) -> None:
     """Validate the submission as the organisers would, and write the report when there are metrics."""
     from apcir.evaluation.report import write_report
-    from apcir.export.stage import validate_submission
+    from apcir.submission.stage import validate_submission
 
     problems = validate_submission(submission, turns, exp.config.export.format,
                                    datasets.topics_year(exp.config.topics))

@@ -257,7 +257,7 @@ def _pack(
         num_rel[t] = sum(1 for v in grades.values() if v >= threshold)
         positive = sorted((v for v in grades.values() if v > 0), reverse=True)
         for j, m in enumerate(measures):
-            if _KINDS[m.family] == _NDCG:
+            if _KINDS[str(m.family)] == _NDCG:
                 cut = len(positive) if m.cutoff is None else m.cutoff
                 total = 0.0
                 for i, grade in enumerate(positive[:cut]):
@@ -278,7 +278,7 @@ def _pack(
 
 
 def _measure_arrays(measures: Sequence[Measure], depth: int) -> tuple[np.ndarray, np.ndarray, int]:
-    kinds = np.array([_KINDS[m.family] for m in measures], dtype=np.int64)
+    kinds = np.array([_KINDS[str(m.family)] for m in measures], dtype=np.int64)
     cutoffs = np.array(
         [min(m.cutoff if m.cutoff is not None else depth, depth) for m in measures], dtype=np.int64
     )
@@ -300,7 +300,9 @@ def _run_kernel(
     if progress:
         from rich.progress import Progress
 
-        bar = Progress(transient=True)
+        from apcir.console import err
+
+        bar = Progress(transient=True, console=err)
         bar.start()
         task = bar.add_task(
             f"grid search ({weights.shape[0]} points x {n_turns} turns)", total=n_turns

@@ -1,0 +1,139 @@
+"""Where everything lives in a run directory of ``apcir run``: one record owns every path.
+
+Vocabulary: a *list* is one of the three per-reformulation retrievals
+(``lists/rewrite.run``, ...); a *system* is a run that is evaluated (APCIR and its
+baselines, ``systems/<system>.run``); the *fused run* is the run a submission holds.
+All three are TREC run files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from apcir.contract.reformulations import LIST_NAMES
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """The paths of one run directory (``runs/<name>/`` by default)."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    # ---- what the experiment was ----------------------------------------------------------
+    @property
+    def config(self) -> Path:
+        return self.root / "config.json"
+
+    @property
+    def environment(self) -> Path:
+        return self.root / "environment.json"
+
+    @property
+    def stages(self) -> Path:
+        return self.root / "stages.json"
+
+    @property
+    def timings(self) -> Path:
+        return self.root / "timings.json"
+
+    @property
+    def lock(self) -> Path:
+        return self.root / ".apcir.lock"
+
+    # ---- reformulation and retrieval --------------------------------------------------------
+    @property
+    def reformulations(self) -> Path:
+        return self.root / "reformulations.jsonl"
+
+    @property
+    def manual_reformulations(self) -> Path:
+        return self.root / "reformulations-manual.jsonl"
+
+    @property
+    def levels(self) -> Path:
+        return self.root / "levels.tsv"
+
+    @property
+    def lists_dir(self) -> Path:
+        return self.root / "lists"
+
+    def list_run(self, name: str) -> Path:
+        """``lists/<name>.run``: rewrite, rewrite_response, third (the fused lists) or manual."""
+        return self.lists_dir / f"{name}.run"
+
+    def lists(self) -> dict[str, Path]:
+        """The three lists APCIR fuses, in weight order."""
+        return {name: self.list_run(name) for name in LIST_NAMES}
+
+    @staticmethod
+    def query_vectors(run_path: Path) -> Path:
+        """Where the query vectors of a list's run are kept (``lists/third.run`` -> ``lists/third.qvec.npz``)."""
+        return run_path.with_suffix(".qvec.npz")
+
+    @property
+    def tune_dir(self) -> Path:
+        """The tuning leg (weights source ``tune``): its reformulations, lists and weights."""
+        return self.root / "tune"
+
+    def tuned_weights(self, variant: str) -> Path:
+        return self.tune_dir / ("weights.json" if variant == "apcir" else f"weights-{variant}.json")
+
+    # ---- fusion and re-ranking ----------------------------------------------------------------
+    @property
+    def weights(self) -> Path:
+        return self.root / "weights.json"
+
+    @property
+    def weights_folds(self) -> Path:
+        return self.root / "weights-folds.json"
+
+    @property
+    def systems_dir(self) -> Path:
+        return self.root / "systems"
+
+    def system(self, name: str) -> Path:
+        """``systems/<name>.run`` (a re-ranked one is ``<system>+<re-ranker>``)."""
+        return self.systems_dir / f"{name}.run"
+
+    @property
+    def fusion_record(self) -> Path:
+        """What fusion built and how the weights were obtained (:class:`apcir.contract.fusion.FusionRecord`)."""
+        return self.systems_dir / "fusion.json"
+
+    @property
+    def fused(self) -> Path:
+        return self.root / "fused.run"
+
+    def reranked_fused(self, key: str) -> Path:
+        return self.root / f"fused+{key}.run"
+
+    # ---- responses, submission, evaluation ----------------------------------------------------
+    @property
+    def ptkb_run(self) -> Path:
+        return self.root / "ptkb.run"
+
+    def ptkb_baseline(self, name: str) -> Path:
+        return self.root / "ptkb" / f"{name}.run"
+
+    @property
+    def responses(self) -> Path:
+        return self.root / "responses.jsonl"
+
+    def submission(self, suffix: str) -> Path:
+        return self.root / f"submission{suffix}"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.json"
+
+    @property
+    def report_dir(self) -> Path:
+        return self.root / "report"
+
+    @property
+    def inspector(self) -> Path:
+        return self.root / "inspect.html"

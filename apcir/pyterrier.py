@@ -1,0 +1,238 @@
+"""apcir's stages as PyTerrier transformers (``pip install "apcir[pyterrier]"``).
+
+They take and give PyTerrier's frames (queries: ``qid``, ``query``; results: ``qid``,
+``docno``, ``score``, ``rank``) and compose with ``>>``::
+
+    import pyterrier as pt
+    from apcir.pyterrier import Reformulate, Retrieve, Fuse, Rerank
+
+    apcir_pipeline = Reformulate("heuristic", topics="ikat23-test") >> Fuse("index/", weights="weights.json")
+    single = Reformulate("heuristic", topics="ikat23-test") >> Retrieve("index/", field="rewrite")
+    pt.Experiment([single, apcir_pipeline], topics, qrels, eval_metrics=["nDCG@3", "RR"])
+
+``Reformulate`` needs each turn's conversation and PTKB: from ``topics=`` (any name, ir_datasets
+id or file apcir takes), or from the frame's own columns when it comes from
+``pt.get_dataset("irds:trec-ikat/2023/test")`` (``import apcir.irds`` first).
+Each transformer calls the same functions as ``apcir run``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyterrier as pt
+
+from apcir import api
+from apcir.contract.records import HistoryEntry, Turn
+from apcir.contract.reformulations import LIST_NAMES, QueryInput
+from apcir.contract.runs import ranking
+from apcir.contract.weights import WeightsFile
+from apcir.errors import ApcirError
+
+REWRITE_COLUMNS = ["level", "rewrite", "response", "third_rewrite", "third_response"]
+
+
+def run_of(results: pd.DataFrame) -> api.Run:
+    """A results frame as an apcir run ``{qid: {docno: score}}``."""
+    run: dict[str, dict[str, float]] = {}
+    for qid, docno, score in zip(results["qid"].astype(str), results["docno"].astype(str), results["score"]):
+        run.setdefault(qid, {})[docno] = float(score)
+    return api.Run(run)
+
+
+def frame_of(run: Mapping[str, Mapping[str, float]], queries: pd.DataFrame | None = None,
+             extra: Mapping[str, Any] | None = None) -> pd.DataFrame:
+    """An apcir run as a results frame (``rank`` from 0, trec_eval's order), with each query's columns."""
+    rows = [(qid, doc, score, rank) for qid in run for rank, (doc, score) in enumerate(ranking(run[qid]))]
+    frame = pd.DataFrame(rows, columns=["qid", "docno", "score", "rank"])
+    for column, value in (extra or {}).items():
+        frame[column] = value
+    if queries is not None:
+        kept = queries.drop(columns=[c for c in ("docno", "score", "rank", "list") if c in queries.columns])
+        frame = frame.merge(kept.drop_duplicates("qid"), on="qid", how="left")
+    return frame
+
+
+def _require(columns: list[str], needed: list[str], who: Any) -> None:
+    """PyTerrier's own check (``pt.validate``): a pipeline missing a column fails before it runs."""
+    pt.validate.columns(list(columns), includes=needed, context=who)
+
+
+def _turn_from_row(row: Any) -> Turn:
+    """A Turn from an ir_datasets iKAT query row (``apcir.irds``'s columns)."""
+    history = [HistoryEntry(turn_id=str(h[0]), utterance=str(h[1]), response=str(h[2]))
+               for h in (row.get("history") or ())]
+    ptkb = {str(k): str(v) for k, v in (row.get("ptkb") or ())}
+    text = row.get("text", row.get("query", ""))
+    conversation, _, number = str(row["qid"]).rpartition("_")
+    return Turn(turn_id=str(row["qid"]), conversation_id=str(row.get("conversation_id") or conversation),
+                turn_number=int(row.get("turn_number") or number or 0), utterance=str(text),
+                manual_rewrite=str(row.get("manual_rewrite", "")), ptkb=ptkb, history=history)
+
+
+class Reformulate(pt.Transformer):  # type: ignore[misc]
+    """Queries in; each turn's level and three rewrites out (``query`` becomes q', the utterance moves to
+    ``query_0``): columns ``level``, ``rewrite``, ``response`` (r'), ``third_rewrite``, ``third_response``."""
+
+    def __init__(self, method: str = "heuristic", *, topics: str | Path | Sequence[Turn] | None = None,
+                 out: str | Path | None = None, **settings: Any):
+        self.method = method
+        self.topics = topics
+        self.out = out
+        self.settings = settings
+        self._turns: dict[str, Turn] | None = None
+
+    def _known(self) -> dict[str, Turn]:
+        if self._turns is None:
+            chosen = api.topics(self.topics) if isinstance(self.topics, (str, Path)) else list(self.topics or [])
+            self._turns = {t.turn_id: t for t in chosen}
+        return self._turns
+
+    def transform_outputs(self, columns: list[str]) -> list[str]:
+        _require(columns, ["qid"], self)
+        return list(dict.fromkeys([*columns, "query_0", *REWRITE_COLUMNS, "query"]))
+
+    def transform(self, queries: pd.DataFrame) -> pd.DataFrame:
+        known = self._known()
+        turns = []
+        for row in queries.to_dict("records"):
+            qid = str(row["qid"])
+            if qid in known:
+                turns.append(known[qid])
+            elif "ptkb" in row and "history" in row:
+                turns.append(_turn_from_row(row))
+            else:
+                raise ApcirError(f"Reformulate: turn {qid} is not in topics={self.topics!r} and the frame has no "
+                                 "history/ptkb columns (give topics=, or a frame of an irds:trec-ikat dataset)")
+        records = api.reformulate(turns, self.method, out=self.out, **self.settings)
+        out = queries.copy()
+        out["qid"] = out["qid"].astype(str)
+        if "query" in out.columns:
+            out["query_0"] = out["query"]
+        outputs = [records[str(q)].output for q in out["qid"]]
+        out["level"] = [o.level if o else "a" for o in outputs]
+        out["rewrite"] = [o.rewrite if o else t.utterance for o, t in zip(outputs, turns)]
+        out["response"] = [o.response if o else "" for o in outputs]
+        out["third_rewrite"] = [o.third_rewrite if o else t.utterance for o, t in zip(outputs, turns)]
+        out["third_response"] = [o.third_response if o else "" for o in outputs]
+        out["query"] = out["rewrite"]
+        return out
+
+
+def _query_inputs(queries: pd.DataFrame, field: str) -> dict[str, QueryInput]:
+    """Each query's retrieval input for ``field`` (rewrite, rewrite_response, third; or query)."""
+    if field == "query" or "rewrite" not in queries.columns:
+        return {str(r["qid"]): (str(r["query"]), None) for r in queries.to_dict("records")}
+    columns = {"rewrite": ("rewrite", None), "rewrite_response": ("rewrite", "response"),
+               "third": ("third_rewrite", "third_response")}
+    if field not in columns:
+        raise ApcirError(f"field {field!r}: expected query or one of {', '.join(LIST_NAMES)}")
+    text, extra = columns[field]
+    return {str(r["qid"]): (str(r[text]), (str(r[extra]) or None) if extra else None)
+            for r in queries.to_dict("records")}
+
+
+class Retrieve(pt.Transformer):  # type: ignore[misc]
+    """Search an apcir index (or a Lucene one) with one of the rewrites: ``field`` is rewrite (q'),
+    rewrite_response (q'+r'), third, or query (the frame's query)."""
+
+    def __init__(self, index: str | Path, *, field: str = "rewrite", k: int = 1000, encoder: str | None = None,
+                 device: str | None = None, backend: str | None = None):
+        self.index, self.field, self.k = Path(index), field, k
+        self.encoder, self.device, self.backend = encoder, device, backend
+        self._searcher: Any = None
+
+    def run_field(self, queries: pd.DataFrame, field: str | None = None) -> api.Run:
+        from apcir.retrieval.backends import open_index
+        from apcir.retrieval.stage import retrieve_lists
+
+        if self._searcher is None:
+            self._searcher = open_index(self.index, self.encoder, device=self.device, backend=self.backend)
+        name = field or self.field
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="apcir-") as scratch:
+            runs = retrieve_lists(self._searcher, {name: _query_inputs(queries, name)},
+                                  {name: Path(scratch) / "run"}, {name: name}, k=self.k, progress=False)
+        return api.Run(runs[name], name=name)
+
+    def transform_outputs(self, columns: list[str]) -> list[str]:
+        _require(columns, ["qid", "query"], self)
+        return list(dict.fromkeys(["qid", "docno", "score", "rank", *columns]))
+
+    def transform(self, queries: pd.DataFrame) -> pd.DataFrame:
+        return frame_of(self.run_field(queries), queries)
+
+
+class RetrieveLists(Retrieve):
+    """The three lists APCIR fuses (q', q'+r', third), in one results frame with a ``list`` column."""
+
+    def __init__(self, index: str | Path, *, k: int = 1000, **kwargs: Any):
+        super().__init__(index, k=k, **kwargs)
+
+    def transform_outputs(self, columns: list[str]) -> list[str]:
+        return [*super().transform_outputs(columns), "list"]
+
+    def transform(self, queries: pd.DataFrame) -> pd.DataFrame:
+        return pd.concat([frame_of(self.run_field(queries, name), queries, {"list": name}) for name in LIST_NAMES],
+                         ignore_index=True)
+
+
+class LevelFusion(pt.Transformer):  # type: ignore[misc]
+    """Fuse the three lists of a ``RetrieveLists`` frame with each turn's level's weights (min-max normalised
+    per list, unless the weights say otherwise): APCIR's fusion."""
+
+    def __init__(self, weights: WeightsFile | str | Path, *, norm: str | None = None, depth: int | None = None,
+                 missing_level: str | None = "a"):
+        from apcir.contract.weights import load_weights
+
+        self.weights = load_weights(weights) if isinstance(weights, (str, Path)) else weights
+        self.norm, self.depth, self.missing_level = norm, depth, missing_level
+
+    def transform_outputs(self, columns: list[str]) -> list[str]:
+        _require(columns, ["qid", "docno", "score", "list", "level"], self)
+        return [c for c in columns if c != "list"]
+
+    def transform(self, results: pd.DataFrame) -> pd.DataFrame:
+        if "list" not in results.columns or "level" not in results.columns:
+            raise ApcirError("LevelFusion takes the frame of RetrieveLists over Reformulate's queries (columns "
+                             "'list' and 'level')")
+        lists = [run_of(results[results["list"] == name]) for name in LIST_NAMES]
+        levels = dict(zip(results["qid"].astype(str), results["level"].astype(str)))
+        fused = api.fuse(lists, levels, self.weights, norm=self.norm, depth=self.depth,
+                         missing_level=self.missing_level)
+        queries = results.drop(columns=["docno", "score", "rank", "list"]).drop_duplicates("qid")
+        return frame_of(fused, queries)
+
+
+def Fuse(index: str | Path, weights: WeightsFile | str | Path, *, k: int = 1000, norm: str | None = None,
+         depth: int | None = None, **retrieve: Any) -> Any:
+    """APCIR's retrieval and fusion in one transformer: ``RetrieveLists(index) >> LevelFusion(weights)``."""
+    return RetrieveLists(index, k=k, **retrieve) >> LevelFusion(weights, norm=norm, depth=depth)
+
+
+class Rerank(pt.Transformer):  # type: ignore[misc]
+    """Re-rank a results frame's top ``depth`` passages (the rest keep their place below) with an apcir
+    re-ranker; the query is the ``field`` column (default: rewrite, else query)."""
+
+    def __init__(self, reranker: str = "cross-encoder", *, passages: str | Path | Mapping[str, str],
+                 field: str = "rewrite", **settings: Any):
+        self.reranker, self.passages, self.field, self.settings = reranker, passages, field, settings
+
+    def transform_outputs(self, columns: list[str]) -> list[str]:
+        _require(columns, ["qid", "docno", "score"], self)
+        return list(columns)
+
+    def transform(self, results: pd.DataFrame) -> pd.DataFrame:
+        column = self.field if self.field in results.columns else "query"
+        queries = dict(zip(results["qid"].astype(str), results[column].astype(str)))
+        reranked = api.rerank(run_of(results), queries, self.passages, self.reranker, field=self.field,
+                              **self.settings)
+        kept = results.drop(columns=["docno", "score", "rank"]).drop_duplicates("qid")
+        return frame_of(reranked, kept)
+
+
+__all__ = ["Fuse", "LevelFusion", "Reformulate", "Rerank", "Retrieve", "RetrieveLists", "frame_of", "run_of"]

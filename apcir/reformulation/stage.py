@@ -1,0 +1,192 @@
+"""The reformulation stage: every turn's level and three reformulations, one JSONL record per turn.
+
+:func:`reformulate` appends one :class:`ReformulationRecord` to the output as
+soon as its turn finishes, so a killed run loses at most the turns in flight;
+a re-run skips the turns whose record is already ``ok`` in the output (failed
+ones are asked again, and their new line replaces the old for
+:func:`~apcir.contract.reformulations.load_reformulations`). Model answers are
+cached by content (see :mod:`apcir.llm.cache`), so a re-run into a new file
+makes no request either. A summary (configuration, counts, usage and cost) is
+written beside the output as ``<out stem>.summary.json``; it never contains
+the API key. ``apcir reformulate`` and ``apcir run`` both call :func:`reformulate`
+with the same :class:`~apcir.reformulation.settings.ReformulatorOptions`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from apcir.contract.records import Turn
+from apcir.contract.reformulations import LEVELS, ReformulationRecord
+from apcir.errors import ApcirError
+from apcir.io import RecordAppender, exclusive, read_record_log, write_json
+from apcir.llm.accounting import Accounting
+from apcir.llm.batch import BatchSummary, appending, batch_counts, check_resume, summary_path_for
+from apcir.reformulation.registry import accounting_for, reformulator_for
+from apcir.reformulation.settings import ReformulatorOptions
+
+
+class ReformulateSummary(BatchSummary):
+    """What one :func:`reformulate` call did (also saved beside the output)."""
+
+    model: str
+    levels: dict[str, int] = Field(default_factory=dict, description="levels of all ok records in the output")
+
+
+def stage_identity(turns: list[Turn], options: ReformulatorOptions) -> dict[str, Any]:
+    """What determines the records of ``turns`` (the stage fingerprint's input): see each reformulator."""
+    spec = reformulator_for(options.llm)
+    return {"reformulator": spec.name, "llm": options.llm, **spec.identity(turns, options)}
+
+
+def shaping_settings(options: ReformulatorOptions) -> dict[str, Any]:
+    """The settings that shape a record whatever the turns (a resume with other ones is refused)."""
+    spec = reformulator_for(options.llm)
+    shaping: dict[str, Any] = {"llm": options.llm}
+    if spec.name == "file":
+        shaping.update({k: v for k, v in spec.identity([], options).items() if k != "heuristic"})
+    elif not spec.offline:
+        from apcir.llm.settings import public_url
+
+        shaping.update(prompt=options.prompt.model_dump(mode="json"), params=options.params(),
+                       structured=options.structured, base_url=public_url(options.resolved_base_url()),
+                       max_prompt_tokens=options.max_prompt_tokens)
+    return shaping
+
+
+# --- the output file -------------------------------------------------------------------------
+def read_existing(out: Path) -> dict[str, ReformulationRecord]:
+    """Records already in ``out`` (by turn id); a torn last record from a killed run is cut off."""
+    return read_record_log(out, ReformulationRecord, "reformulations")
+
+
+# --- the stage -------------------------------------------------------------------------------
+def reformulate(
+    turns: list[Turn],
+    options: ReformulatorOptions,
+    out: Path,
+    *,
+    refresh: bool = False,
+    progress: bool = True,
+    redo_stale: bool = False,
+) -> ReformulateSummary:
+    """Reformulate ``turns`` as ``options.llm`` says into ``out`` (resumable; see the module docstring).
+
+    Raises :class:`ApcirError` for user errors and
+    :class:`~apcir.llm.client.LLMFatalError` (a subclass) when the server
+    refuses the key or the model; records finished before that stay in ``out``.
+    """
+    out = Path(out)
+    with exclusive(out.parent / f".{out.name}.lock", f"reformulations file {out}", guards=out):
+        return _reformulate(turns, options, out, refresh=refresh, progress=progress, redo_stale=redo_stale)
+
+
+def _reformulate(
+    turns: list[Turn], options: ReformulatorOptions, out: Path, *, refresh: bool, progress: bool, redo_stale: bool
+) -> ReformulateSummary:
+    started = time.perf_counter()
+    spec = reformulator_for(options.llm)
+    if spec.name == "file":
+        from apcir.reformulation.file import file_path
+
+        file_path(options.llm)  # a missing file fails here, before any output exists
+    unique: dict[str, Turn] = {}
+    for turn in turns:
+        unique.setdefault(turn.turn_id, turn)
+    turns = list(unique.values())
+    if refresh and out.exists():
+        out.unlink()
+    existing = read_existing(out)
+    others = sorted({r.model for r in existing.values() if r.model != options.llm})
+    if others:
+        raise ApcirError(
+            f"already holds records of {', '.join(others)}, not {options.llm}; choose another --out (or --refresh to "
+            "start it over)",
+            path=out,
+        )
+    shaping = shaping_settings(options)
+    check_resume(out, shaping, "reformulations", redo=redo_stale)
+    existing = read_existing(out)
+    done = {tid for tid, r in existing.items() if r.status == "ok"}
+    pending = [t for t in turns if t.turn_id not in done]
+    accounting = accounting_for(options)
+    config = _config_snapshot(options, spec.offline, refresh)
+    final_mode: str | None = None
+    try:
+        with appending(out, "reformulations", f"reformulate {options.llm}", len(pending), progress,
+                       settings=shaping) as writer:
+            try:
+                if pending:
+                    final_mode = spec.produce(pending, options, writer, accounting=accounting, refresh=refresh)
+            finally:
+                summary = _summary(out, options.llm, turns, existing, writer, accounting, config, started,
+                                   final_mode)
+                summary.settings = shaping
+                write_json(summary_path_for(out), summary.model_dump(), indent=2)
+    finally:
+        if not out.exists():  # nothing was written (a failed start): no summary of nothing either
+            summary_path_for(out).unlink(missing_ok=True)
+    return summary
+
+
+def _config_snapshot(options: ReformulatorOptions, offline: bool, refresh: bool) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "llm": options.llm,
+        "offline": offline,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "versions": _versions(),
+    }
+    if options.llm.startswith("file:"):
+        config.update(map=options.map, level_fallback=options.level_fallback)
+    elif not offline:
+        config.update(options.client_snapshot(refresh), prompt_options=options.prompt.model_dump())
+    return config
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for package in ("apcir", "openai"):
+        try:
+            found[package] = version(package)
+        except PackageNotFoundError:
+            pass
+    return found
+
+
+def _summary(
+    out: Path,
+    llm: str,
+    turns: list[Turn],
+    existing: dict[str, ReformulationRecord],
+    writer: RecordAppender[ReformulationRecord],
+    accounting: Accounting,
+    config: dict[str, Any],
+    started: float,
+    final_mode: str | None,
+) -> ReformulateSummary:
+    records = dict(existing)
+    for record in writer.records:
+        records[record.turn_id] = record
+    wanted = {t.turn_id for t in turns}
+    levels = Counter(r.output.level for r in records.values() if r.status == "ok" and r.output is not None)
+    summary = ReformulateSummary(
+        model=llm,
+        out=str(out),
+        summary_path=str(summary_path_for(out)),
+        turns=len(turns),
+        skipped=sum(1 for tid in wanted if tid in existing and existing[tid].status == "ok"),
+        levels={level: levels.get(level, 0) for level in LEVELS},
+        structured=final_mode,
+        config=config,
+        **batch_counts(writer, accounting, started),
+    )
+    write_json(summary_path_for(out), summary.model_dump(), indent=2)
+    return summary

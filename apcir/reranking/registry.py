@@ -1,0 +1,47 @@
+"""The re-rankers: the single source of the names ``rerank.reranker`` / ``apcir rerank --reranker`` accept.
+
+A re-ranker is a module with ``load(settings) -> Reranker`` (see
+:class:`apcir.reranking.base.Reranker`) plus one entry here; ``load`` names the
+function (``"module:function"``), imported only when used, so torch and
+transformers load only for the local models and nothing heavy for RankGPT.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from apcir.registry import Registry
+
+
+@dataclass(frozen=True)
+class RerankerSpec:
+    name: str
+    label: str
+    """How tables name it (``+monoT5``)."""
+    description: str
+    kind: Literal["pointwise", "listwise"]
+    default_model: str
+    load: str
+    settings: frozenset[str] = frozenset()
+    """The ``[rerank]`` keys it reads besides the common ones (any other re-ranker's key is refused)."""
+
+    def call(self, *args: Any, **kwargs: Any) -> Any:
+        module, _, function = self.load.partition(":")
+        return getattr(importlib.import_module(module), function)(*args, **kwargs)
+
+
+RERANKERS: Registry[RerankerSpec] = Registry("re-ranker")
+RERANKERS.add(RerankerSpec(
+    "monot5", "monoT5", "pygaggle's monoT5: log P(true) of 'Query: q Document: d Relevant:' (any T5 checkpoint)",
+    "pointwise", "castorini/monot5-base-msmarco-10k", "apcir.reranking.monot5:load",
+    frozenset({"batch_size", "device", "max_length", "true_token", "false_token"})))
+RERANKERS.add(RerankerSpec(
+    "cross-encoder", "cross-encoder", "a sentence-transformers CrossEncoder's raw logit (e.g. the iKAT organisers' "
+    "MiniLM)", "pointwise", "cross-encoder/ms-marco-MiniLM-L-6-v2", "apcir.reranking.cross_encoder:load",
+    frozenset({"batch_size", "device", "max_length"})))
+RERANKERS.add(RerankerSpec(
+    "rankgpt", "RankGPT", "RankGPT's listwise prompt to an LLM, sliding windows from the bottom up",
+    "listwise", "gpt-4o-mini", "apcir.reranking.rankgpt:load",
+    frozenset({"window", "step", "windows", "max_words", "llm"})))

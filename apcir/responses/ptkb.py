@@ -1,0 +1,253 @@
+"""PTKB statement ranking: every statement of a turn's profile, best first, as a TREC-style run.
+
+The ``apcir`` ranking puts first the statements the reformulation says it used
+(its ``ptkb_used``, in its order), then every other statement by its
+similarity to the turn's personalised rewrite (the third rewrite q^u at levels
+b/c, the rewrite q' at level a), ties in profile order. The similarity is
+the index's own encoder (SPLADE: the sparse dot product of the rewrite
+encoded as a query and the statement encoded as a passage), or, for a BM25
+index or without an index, BM25 (k1=0.9, b=0.4) over the profile's own
+statements (a small BM25 with statistics from that profile alone, see
+:func:`apcir.responses.text.bm25_scores`).
+
+Two reference rankings go with it: ``heuristic`` (the heuristic reformulator's
+tf-idf cosine of each statement with the utterance and its context terms,
+:func:`apcir.reformulation.offline.ptkb_similarities`) and ``profile`` (the
+profile's own order).
+
+A ranking is written as a TREC run over statement ids (``9-1_3 Q0 4 1 1.0 tag``)
+with scores ``(n - i) / n`` for the i-th of n statements, so scores strictly
+decrease with the rank: ``apcir evaluate`` scores it against
+``ikat23-test-ptkb``, and the 2023 submission's ``ptkb_provenance`` carries
+the same scores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from apcir.console import warn
+from apcir.contract.records import Run, Turn
+from apcir.contract.reformulations import ReformulationRecord
+from apcir.contract.runs import load_run, ranking, write_run
+from apcir.errors import ApcirError
+from apcir.responses.text import bm25_scores
+
+# turn id -> [(statement id, score)], best first
+PtkbRanking = dict[str, list[tuple[str, float]]]
+Method = Literal["apcir", "heuristic", "profile"]
+METHODS: tuple[Method, ...] = ("apcir", "heuristic", "profile")
+BM25 = "bm25"
+
+# (query, statement texts) of each turn -> similarities of the statements, in the same order
+Similarity = Callable[[Sequence[tuple[str, list[str]]]], list[list[float]]]
+
+
+def personalised_rewrite(turn: Turn, record: ReformulationRecord | None) -> str:
+    """The personalised rewrite q^u at levels b/c, the rewrite q' at level a; the utterance without one."""
+    if record is None or record.output is None:
+        return turn.utterance
+    out = record.output
+    text = out.third_rewrite if out.level in ("b", "c") else out.rewrite
+    return (text or out.rewrite or turn.utterance).strip()
+
+
+def statements_used(turn: Turn, record: ReformulationRecord | None) -> list[str]:
+    """The reformulation's ``ptkb_used`` that are in the profile, in its order, without repeats."""
+    if record is None or record.output is None:
+        return []
+    used: list[str] = []
+    for statement in record.output.ptkb_used:
+        key = str(statement).strip()
+        if key in turn.ptkb and key not in used:
+            used.append(key)
+    return used
+
+
+def warn_unknown_statements(turns: Sequence[Turn], named: Mapping[str, Sequence[str]], source: str) -> int:
+    """Warn, with the turn and the id, about statement ids in ``named`` (turn id -> ids, from ``source``) that
+    the turn's profile lacks; they are never used or exported. Returns how many there were."""
+    profile = {t.turn_id: t.ptkb for t in turns}
+    unknown = [(turn_id, str(sid).strip()) for turn_id, ids in named.items() if turn_id in profile
+               for sid in ids if str(sid).strip() not in profile[turn_id]]
+    if unknown:
+        shown = ", ".join(f"turn {t}: {sid}" for t, sid in unknown[:5]) + (" ..." if len(unknown) > 5 else "")
+        warn(f"{source}: {len(unknown)} PTKB statement id(s) that the turn's profile lacks ({shown}); ignored, "
+             "never exported")
+    return len(unknown)
+
+
+def reformulation_statements(records: Mapping[str, ReformulationRecord]) -> dict[str, list[str]]:
+    """The ``ptkb_used`` of every reformulation with an output, by turn."""
+    return {t: list(r.output.ptkb_used) for t, r in records.items() if r.output is not None}
+
+
+@dataclass(frozen=True)
+class SimilaritySpec:
+    similarity: Similarity
+    name: str
+    """``bm25`` or the SPLADE model, recorded with the ranking."""
+
+
+def bm25_similarity() -> SimilaritySpec:
+    def similarity(items: Sequence[tuple[str, list[str]]]) -> list[list[float]]:
+        return [bm25_scores(query, texts) for query, texts in items]
+
+    return SimilaritySpec(similarity, BM25)
+
+
+def splade_similarity(model: str) -> SimilaritySpec:
+    """Sparse dot products with a SPLADE model: the rewrite as a query, each statement as a passage."""
+    from apcir.retrieval.encoder import SpladeEncoder
+
+    encoder = SpladeEncoder(model)
+
+    def similarity(items: Sequence[tuple[str, list[str]]]) -> list[list[float]]:
+        unique = sorted({text for _, texts in items for text in texts})
+        if not unique:
+            return [[] for _ in items]
+        statements = encoder.encode_documents(unique, progress=False, description="encoding PTKB statements")
+        queries = encoder.encode_queries([q for q, _ in items], progress=False)
+        row = {text: i for i, text in enumerate(unique)}
+        scores = (queries @ statements.T).toarray()
+        return [[float(scores[n, row[t]]) for t in texts] for n, (_, texts) in enumerate(items)]
+
+    return SimilaritySpec(similarity, encoder.name)
+
+
+def dense_similarity(model: str) -> SimilaritySpec:
+    """Inner products of bi-encoder embeddings (cosine for a model that normalises, as MiniLM does)."""
+    from apcir.retrieval.dense import DenseEncoder
+
+    encoder = DenseEncoder(model)
+
+    def similarity(items: Sequence[tuple[str, list[str]]]) -> list[list[float]]:
+        unique = sorted({text for _, texts in items for text in texts})
+        if not unique:
+            return [[] for _ in items]
+        statements = encoder.encode_documents(unique, progress=False, description="encoding PTKB statements")
+        queries = encoder.encode_queries([q for q, _ in items], progress=False)
+        row = {text: i for i, text in enumerate(unique)}
+        scores = queries @ statements.T
+        return [[float(scores[n, row[t]]) for t in texts] for n, (_, texts) in enumerate(items)]
+
+    return SimilaritySpec(similarity, encoder.name)
+
+
+def similarity_for(encoder: str | None, kind: str | None = None) -> SimilaritySpec:
+    """The similarity named ``encoder``: ``bm25`` (or None); a bi-encoder (``minilm``, or any model with
+    ``kind = "dense"``, as a dense index records it); else that SPLADE model (``splade-tiny``, a hub id)."""
+    from apcir.retrieval.encoder import DENSE_ALIASES
+
+    if encoder is None or encoder == BM25:
+        return bm25_similarity()
+    if kind == "dense" or encoder in DENSE_ALIASES:
+        return dense_similarity(encoder)
+    return splade_similarity(encoder)
+
+
+def _scored(order: list[str]) -> list[tuple[str, float]]:
+    n = len(order)
+    return [(sid, (n - i) / n) for i, sid in enumerate(order)]
+
+
+def _warn_empty(turns: Sequence[Turn]) -> None:
+    empty = [t.turn_id for t in turns if not t.ptkb]
+    if empty:
+        shown = ", ".join(empty[:10]) + (" ..." if len(empty) > 10 else "")
+        warn(f"{len(empty)} turn(s) have a profile with no statements, so no PTKB ranking and no PTKB provenance: "
+             f"{shown}")
+
+
+def _warn_uncovered(turns: Sequence[Turn], records: Mapping[str, ReformulationRecord]) -> None:
+    """Say how many turns the reformulations given do not cover (their statements are ranked against the utterance)."""
+    if not records:
+        return
+    lacking = [t.turn_id for t in turns if t.turn_id not in records]
+    if len(lacking) == len(turns):
+        warn(f"none of the {len(turns)} topic turn(s) has a record in the reformulations given ({len(records)} "
+             f"records, e.g. {next(iter(records))}): are they for these topics? Every turn's statements are ranked "
+             "against its utterance, with no statement used first")
+    elif lacking:
+        warn(f"{len(lacking)} of the {len(turns)} topic turn(s) have no reformulation, so their statements are ranked "
+             f"against the utterance, with no statement used first: {', '.join(lacking[:10])}"
+             f"{' ...' if len(lacking) > 10 else ''}")
+
+
+def rank_statements(
+    turns: Sequence[Turn], records: Mapping[str, ReformulationRecord], similarity: SimilaritySpec
+) -> PtkbRanking:
+    """The ``apcir`` ranking of every turn's statements (see the module docstring)."""
+    _warn_empty(turns)
+    _warn_uncovered(turns, records)
+    with_profile = [t for t in turns if t.ptkb]
+    items = [(personalised_rewrite(t, records.get(t.turn_id)), list(t.ptkb.values())) for t in with_profile]
+    similarities = similarity.similarity(items) if items else []
+    ranked: PtkbRanking = {}
+    for turn, sims in zip(with_profile, similarities):
+        used = statements_used(turn, records.get(turn.turn_id))
+        position = {sid: i for i, sid in enumerate(turn.ptkb)}
+        by_id = dict(zip(turn.ptkb, sims))
+        rest = sorted((sid for sid in turn.ptkb if sid not in used), key=lambda sid: (-by_id[sid], position[sid]))
+        ranked[turn.turn_id] = _scored(used + rest)
+    return ranked
+
+
+def heuristic_order(turns: Sequence[Turn]) -> PtkbRanking:
+    """The heuristic reformulator's statement ranking: tf-idf cosine with the utterance and its context terms."""
+    from apcir.reformulation.offline import ptkb_similarities
+
+    _warn_empty(turns)
+    ranked: PtkbRanking = {}
+    for turn in turns:
+        if turn.ptkb:
+            sims = ptkb_similarities(turn)
+            position = {sid: i for i, sid in enumerate(turn.ptkb)}
+            ranked[turn.turn_id] = _scored(sorted(turn.ptkb, key=lambda sid: (-sims[sid], position[sid])))
+    return ranked
+
+
+def profile_order(turns: Sequence[Turn]) -> PtkbRanking:
+    """Every statement in the profile's own order."""
+    _warn_empty(turns)
+    return {t.turn_id: _scored(list(t.ptkb)) for t in turns if t.ptkb}
+
+
+def as_run(ranked: PtkbRanking) -> Run:
+    return {turn: dict(items) for turn, items in ranked.items()}
+
+
+def write_ptkb_run(ranked: PtkbRanking, path: Path, tag: str = "apcir-ptkb") -> None:
+    """The ranking as a TREC run over statement ids."""
+    write_run(as_run(ranked), path, tag=tag)
+
+
+def load_ptkb_run(path: Path, turns: Sequence[Turn] | None = None) -> PtkbRanking:
+    """A ranking from a TREC run over statement ids; with ``turns``, ids outside a turn's profile are an error."""
+    run = load_run(path)
+    by_id = {t.turn_id: t for t in turns} if turns is not None else {}
+    ranked: PtkbRanking = {}
+    for turn_id, scores in run.items():
+        topic = by_id.get(turn_id)
+        if topic is not None:
+            unknown = sorted(sid for sid in scores if sid not in topic.ptkb)
+            if unknown:
+                raise ApcirError(f"turn {turn_id}: statement id(s) {', '.join(unknown)} are not in the profile "
+                                 f"(ids {', '.join(topic.ptkb)}); is this a PTKB ranking of these topics?", path=path)
+        ranked[turn_id] = ranking(scores)
+    return ranked
+
+
+def rank_by(method: Method, turns: Sequence[Turn], records: Mapping[str, ReformulationRecord] | None = None,
+            encoder: str | None = None, kind: str | None = None) -> tuple[PtkbRanking, str]:
+    """The ranking ``method`` names, and a description of how it was made."""
+    if method == "profile":
+        return profile_order(turns), "profile order"
+    if method == "heuristic":
+        return heuristic_order(turns), "the heuristic reformulator's tf-idf order"
+    spec = similarity_for(encoder, kind)
+    used = "the reformulation's ptkb_used first, then " if records else ""
+    return rank_statements(turns, records or {}, spec), f"{used}similarity ({spec.name}) to the personalised rewrite"

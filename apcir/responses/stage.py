@@ -1,0 +1,135 @@
+"""The response stage: one grounded, cited response per turn, one JSONL record per turn.
+
+:func:`respond` appends one :class:`~apcir.contract.responses.ResponseRecord`
+to the output as soon as its turn is answered, so a killed run loses at most the
+turns in flight. A re-run skips the turns whose record is already ``ok`` *for
+the same responder and the same passages* (a record made from other passages
+is answered again, and the new line replaces the old); failed turns are asked
+again. Model answers are cached by content (:mod:`apcir.llm.cache`). A summary
+(configuration, counts, usage and cost; never the API key) is written beside
+the output as ``<out stem>.summary.json``. ``apcir respond`` and ``apcir run``
+both call :func:`respond` with the same :class:`~apcir.responses.settings.RespondSettings`.
+
+Every answer is checked (citations must point at given passages, statement
+ids must be in the profile, the word budget holds); a failed check gets one
+repair request, then the turn is recorded as failed with the error and the
+raw answer. Nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from apcir.contract.responses import ResponseRecord
+from apcir.io import RecordAppender, exclusive, read_record_log, write_json
+from apcir.llm.accounting import Accounting
+from apcir.llm.batch import BatchSummary, appending, batch_counts, check_resume, summary_path_for
+from apcir.responses.job import ResponseJob
+from apcir.responses.registry import accounting_for, responder_for
+from apcir.responses.settings import RespondSettings
+
+
+class RespondSummary(BatchSummary):
+    """What one :func:`respond` call did (also saved beside the output); ``skipped``: ok for the same passages."""
+
+    responder: str
+
+
+def stage_identity(settings: RespondSettings) -> dict[str, Any]:
+    """What determines the records, given the same inputs (the stage fingerprint's part from the settings)."""
+    spec = responder_for(settings.responder)
+    return {"responder": spec.name, "name": settings.responder, **spec.identity(settings)}
+
+
+def shaping_settings(settings: RespondSettings) -> dict[str, Any]:
+    """The settings that shape a response whatever the turns (a resume with other ones is refused)."""
+    return {k: v for k, v in stage_identity(settings).items() if k != "code"}
+
+
+def read_existing(out: Path) -> dict[str, ResponseRecord]:
+    """Records already in ``out`` (by turn id); a torn last record from a killed run is cut off."""
+    return read_record_log(out, ResponseRecord, "responses")
+
+
+def respond(
+    jobs: list[ResponseJob],
+    settings: RespondSettings,
+    out: Path,
+    *,
+    refresh: bool = False,
+    progress: bool = True,
+    redo_stale: bool = False,
+) -> RespondSummary:
+    """Answer every job as ``settings.responder`` says into ``out`` (resumable; see the module docstring).
+
+    Raises :class:`ApcirError` for user errors and
+    :class:`~apcir.llm.client.LLMFatalError` (a subclass) when the server
+    refuses the key or the model; records finished before that stay in ``out``.
+    """
+    out = Path(out)
+    with exclusive(out.parent / f".{out.name}.lock", f"responses file {out}", guards=out):
+        return _respond(jobs, settings, out, refresh=refresh, progress=progress, redo_stale=redo_stale)
+
+
+def _respond(jobs: list[ResponseJob], settings: RespondSettings, out: Path, *, refresh: bool,
+             progress: bool, redo_stale: bool) -> RespondSummary:
+    started = time.perf_counter()
+    spec = responder_for(settings.responder)
+    unique: dict[str, ResponseJob] = {}
+    for job in jobs:
+        unique.setdefault(job.turn.turn_id, job)
+    jobs = list(unique.values())
+    if refresh and out.exists():
+        out.unlink()
+    read_existing(out)  # a file that is no responses log is refused before its summary is touched
+    check_resume(out, shaping_settings(settings), "responses", redo=redo_stale)
+    existing = read_existing(out)
+    done = {tid for tid, r in existing.items()
+            if r.status == "ok" and r.responder == settings.responder and tid in unique
+            and r.passages == unique[tid].passage_ids}
+    pending = [job for job in jobs if job.turn.turn_id not in done]
+    accounting = accounting_for(settings)
+    config = _config_snapshot(settings, spec.offline, refresh)
+    final_mode: str | None = None
+    try:
+        with appending(out, "responses", f"respond {settings.responder}", len(pending), progress,
+                       settings=shaping_settings(settings)) as writer:
+            try:
+                if pending:
+                    final_mode = spec.produce(pending, settings, writer, accounting=accounting, refresh=refresh)
+            finally:
+                summary = _summary(out, settings, jobs, done, writer, accounting, config, started, final_mode)
+    finally:
+        if not out.exists():  # nothing was written (a failed start): no summary of nothing either
+            summary_path_for(out).unlink(missing_ok=True)
+    return summary
+
+
+def _config_snapshot(settings: RespondSettings, offline: bool, refresh: bool) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "responder": settings.responder,
+        "offline": offline,
+        "top_k": settings.top_k,
+        "max_words": settings.max_words,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    if offline:
+        config["max_sentences"] = settings.max_sentences
+    else:
+        config.update(settings.client_snapshot(refresh))
+    return config
+
+
+def _summary(out: Path, settings: RespondSettings, jobs: list[ResponseJob], done: set[str],
+             writer: RecordAppender[ResponseRecord], accounting: Accounting, config: dict[str, Any], started: float,
+             final_mode: str | None) -> RespondSummary:
+    summary = RespondSummary(
+        responder=settings.responder, out=str(out), summary_path=str(summary_path_for(out)), turns=len(jobs),
+        skipped=len(done), structured=final_mode, config=config, settings=shaping_settings(settings),
+        **batch_counts(writer, accounting, started),
+    )
+    write_json(summary_path_for(out), summary.model_dump(), indent=2)
+    return summary

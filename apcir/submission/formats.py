@@ -1,0 +1,54 @@
+"""The submission formats: the single source of the names ``export.format`` / ``--format`` accept.
+
+A format is a module with a ``build(SubmissionInputs) -> data`` and a
+``check(path, turns) -> problems`` function, plus one entry here. ``build``
+returns a dict (written as JSON) or a list of dicts (written as JSONL).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from apcir.registry import Registry
+
+
+@dataclass(frozen=True)
+class FormatSpec:
+    name: str
+    description: str
+    suffix: str
+    year: int
+    build: str
+    check: str
+    run_types: tuple[str, ...]
+    """The run types the organisers' validator accepts."""
+    passage_text: bool
+    """Whether the responses' provenance carries passage texts (so a missing text is an incomplete submission)."""
+
+    def call(self, which: Literal["build", "check"], *args: Any) -> Any:
+        module, _, function = getattr(self, which).partition(":")
+        return getattr(importlib.import_module(module), function)(*args)
+
+
+FORMATS: Registry[FormatSpec] = Registry("submission format")
+# run_types: 2023 main.py:233-235; 2024 main.py:27; 2025 validate_trec_ikat25.py:11
+FORMATS.add(FormatSpec("ikat23", "iKAT 2023 JSON: PTKB provenance as ranked {id, text, score}", ".json", 2023,
+                       build="apcir.submission.ikat_json:build_2023", check="apcir.submission.ikat_json:check_2023",
+                       run_types=("automatic", "manual"), passage_text=True))
+FORMATS.add(FormatSpec("ikat24", "iKAT 2024 JSON: PTKB provenance as ids, eval_response",
+                       ".json", 2024, build="apcir.submission.ikat_json:build_2024",
+                       check="apcir.submission.ikat_json:check_2024",
+                       run_types=("automatic", "manual", "only_response"), passage_text=True))
+FORMATS.add(FormatSpec("ikat25", "iKAT 2025 JSONL: references, responses with citations", ".jsonl", 2025,
+                       build="apcir.submission.ikat2025:build", check="apcir.submission.ikat2025:check",
+                       run_types=("automatic", "manual", "generation-only"), passage_text=False))
+
+
+def format_for_year(year: int) -> str:
+    """The format of the iKAT ``year`` (the one its organisers' validator reads)."""
+    for spec in FORMATS:
+        if spec.year == year:
+            return spec.name
+    raise ValueError(f"no submission format for iKAT {year}")
