@@ -41,7 +41,7 @@ test-fast: setup
 # responder, or GPT-4o for both when OPENAI_API_KEY is set (then the LLM cache makes re-runs free).
 demo: setup
 	@if [ -n "$$OPENAI_API_KEY" ]; then \
-		$(VENV)/bin/apcir run demo --llm gpt-4o --responder gpt-4o --output-dir runs/demo-gpt-4o; \
+		$(VENV)/bin/apcir run demo --method gpt-4o --responder gpt-4o --output-dir runs/demo-gpt-4o; \
 	else \
 		$(VENV)/bin/apcir run demo; \
 	fi
@@ -51,7 +51,7 @@ demo: setup
 DEMO_LLM_TURNS ?= judged
 demo-llm: setup
 	$(PY) -m apcir.llm.local_server --model smollm2 --n-ctx 8192 -- \
-		$(VENV)/bin/apcir run demo --llm smollm2 --responder smollm2 --max-prompt-tokens 7000 \
+		$(VENV)/bin/apcir run demo --method smollm2 --responder smollm2 --max-prompt-tokens 7000 \
 		$(if $(filter judged,$(DEMO_LLM_TURNS)),--judged-only) --output-dir runs/demo-smollm2
 
 bench: setup

@@ -454,7 +454,7 @@ def reformulate(turns: PathLike | Sequence[Turn], method: str = "heuristic", *, 
     from apcir.reformulation.stage import reformulate as _reformulate
 
     chosen = _turns(turns)
-    options = ReformulatorOptions.model_validate({**settings, "llm": method})
+    options = ReformulatorOptions.model_validate({**settings, "method": method})
     scratch: list[Any] = []
     path = _records_file(out, scratch, "reformulations.jsonl")
     _reformulate(chosen, options, path, progress=progress, redo_stale=True)

@@ -114,7 +114,7 @@ def test_experiment_from_a_dict_and_the_run_directory(small, tmp_path):
     _, collection, index, chosen = small
     result = apcir.Experiment.from_config({
         "name": "api", "topics": "ikat23-test", "turns": chosen[::3], "output_dir": str(tmp_path / "api"),
-        "reformulator": {"llm": "heuristic"},
+        "reformulator": {"method": "heuristic"},
         "retrieval": {"index": str(index), "collection": str(collection), "encoder": "splade-tiny"},
         "fusion": {"weights": {"source": "cv", "folds": 2, "step": 0.1}},
         "evaluation": {"qrels": "ikat23-test-provenance"},

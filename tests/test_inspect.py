@@ -29,7 +29,7 @@ def two_runs(small, tmp_path_factory):
     for llm in ("heuristic", "manual"):
         config = ExperimentConfig.model_validate({
             "name": f"insp-{llm}", "topics": "ikat23-test", "turns": chosen, "output_dir": str(base / llm),
-            "reformulator": {"llm": llm},
+            "reformulator": {"method": llm},
             "retrieval": {"index": str(index), "collection": str(collection), "encoder": "splade-tiny"},
             "fusion": {"weights": {"source": "cv", "folds": 2, "step": 0.1}, "baselines": ["equal", "list-rewrite"]},
             "evaluation": {"qrels": "ikat23-test-provenance"},

@@ -32,7 +32,7 @@ def config(small, server, name="t", **fusion):
             "topics": "ikat23-test",
             "turns": chosen,
             "output_dir": str(root / name),
-            "reformulator": {"llm": "gpt-test", "base_url": server.url, "cache_dir": str(root / f"cache-{name}"),
+            "reformulator": {"method": "gpt-test", "base_url": server.url, "cache_dir": str(root / f"cache-{name}"),
                              "concurrency": 1},
             "retrieval": {"index": str(index), "collection": str(collection), "encoder": "splade-tiny"},
             "fusion": {"weights": {"source": "cv", "folds": 2, "step": 0.1}, **fusion},

@@ -154,7 +154,7 @@ def test_collections(data):
     check(lambda p: list(iter_shard(p, 0, 1)), raw, ".jsonl")
 
 
-CONFIG = {"name": "x", "topics": "ikat23-test", "reformulator": {"llm": "heuristic", "prompt": {"cot": False}},
+CONFIG = {"name": "x", "topics": "ikat23-test", "reformulator": {"method": "heuristic", "prompt": {"cot": False}},
           "retrieval": {"backend": "embedded", "k": 10}, "fusion": {"norm": "minmax", "weights": {"source": "cv"}},
           "evaluation": {"qrels": "ikat23-test", "measures": ["paper"]}, "export": {"format": "ikat24"}}
 

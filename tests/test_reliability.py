@@ -493,7 +493,7 @@ def test_a_base_url_from_the_environment_or_a_config_is_checked_too(run_cli, tmp
                            "--out", str(tmp_path / "r.jsonl"), "--no-progress")
     one_line_error(code, err, "OPENAI_BASE_URL 'localhost:8000': not an http(s):// URL")
     config = tmp_path / "c.toml"
-    config.write_text('name = "x"\ntopics = "ikat23-test"\n[reformulator]\nllm = "gpt-test"\nbase_url = "notaurl"\n')
+    config.write_text('name = "x"\ntopics = "ikat23-test"\n[reformulator]\nmethod = "gpt-test"\nbase_url = "notaurl"\n')
     with pytest.raises(Exception, match="reformulator.base_url: not an http"):
         load_config(config)
 
@@ -512,7 +512,7 @@ def test_a_second_run_on_the_same_directory_stops_at_once(small, tmp_path):
     with FakeOpenAI(delay=0.25) as server:
         config.write_text(
             f'name = "locked"\nturns = {json.dumps(chosen)}\noutput_dir = "{tmp_path / "run"}"\n'
-            f'[reformulator]\nllm = "gpt-test"\nbase_url = "{server.url}"\nconcurrency = 1\n'
+            f'[reformulator]\nmethod = "gpt-test"\nbase_url = "{server.url}"\nconcurrency = 1\n'
             f'cache_dir = "{tmp_path / "cache"}"\n'
             f'[retrieval]\nindex = "{index}"\ncollection = "{collection}"\n'
             '[fusion]\nbaselines = false\n[fusion.weights]\nsource = "cv"\nfolds = 2\nstep = 0.1\n'

@@ -153,7 +153,7 @@ def _overwrite_cases(work) -> dict[str, list[tuple[list[str], Path]]]:
     turns = w["turns"]
     manifest_collection = Path(json.loads((Path(w["index"]) / "manifest.json").read_text())["collection"]["path"])
     config = work["base"] / "overwrite.toml"
-    config.write_text(f'name = "overwrite"\noutput_dir = "{work["base"]}"\n[reformulator]\nllm = "file:{w["refs"]}"\n'
+    config.write_text(f'name = "overwrite"\noutput_dir = "{work["base"]}"\n[reformulator]\nmethod = "file:{w["refs"]}"\n'
                       '[fusion.weights]\nsource = "file"\nfile = "' + w["weights"] + '"\n')
     return {
         "rerank": [(["rerank", "-r", w["fused"], "-q", w["refs"], "-c", w["collection"], "-o", w["fused"]],
@@ -306,7 +306,7 @@ def test_credentials_in_a_base_url_are_never_written_or_printed(work, tmp_path, 
         secret_url = server.url.replace("http://", "http://user:SECRETPASS@") + "?key=SECRETQUERY"
         config = tmp_path / "c.toml"
         config.write_text('name = "creds"\ntopics = "ikat23-test"\nturns = ["9-1_1", "9-1_2"]\n'
-                          f'[reformulator]\nllm = "gpt-test"\nbase_url = "{secret_url}"\ncache_dir = "cache"\n'
+                          f'[reformulator]\nmethod = "gpt-test"\nbase_url = "{secret_url}"\ncache_dir = "cache"\n'
                           f'[retrieval]\nindex = "{work["index"]}"\ncollection = "{work["collection"]}"\n'
                           '[fusion.weights]\nsource = "file"\nfile = "' + str(work["weights"]) + '"\n')
         monkeypatch.setenv("OPENAI_API_KEY", "sk-x-123456")
@@ -603,8 +603,8 @@ def test_levels_for_part_or_none_of_the_turns(work, tmp_path, run_cli):
     ('[evaluation.judge]\ntemperature = 0.3\n', "temperature"),
     ('[respond]\nresponder = "extractive"\nbase_url = "http://localhost:9/v1"\n', "base_url"),
     ('[respond]\nresponder = "extractive"\ntemperature = 0.5\n', "temperature"),
-    ('[reformulator]\nllm = "heuristic"\nmax_tokens = 50\n', "max_tokens"),
-    ('[reformulator]\nllm = "gpt-4o"\nlevel_fallback = "heuristic"\n', "level_fallback"),
+    ('[reformulator]\nmethod = "heuristic"\nmax_tokens = 50\n', "max_tokens"),
+    ('[reformulator]\nmethod = "gpt-4o"\nlevel_fallback = "heuristic"\n', "level_fallback"),
     ('[rerank]\nreranker = "monot5"\nwindow = 10\n', "window"),
     ('[rerank]\nreranker = "rankgpt"\ntrue_token = "yes"\n', "true_token"),
 ])

@@ -58,7 +58,7 @@ def test_run_with_every_ablation_in_its_config_sends_what_reformulate_sends(smal
     chosen = picked(small)
     with FakeOpenAI() as server:
         cfg = experiment(small, "ablations", {
-            "llm": "gpt-test", "base_url": server.url, "prompt": ABLATIONS, "temperature": 0.3, "max_tokens": 500,
+            "method": "gpt-test", "base_url": server.url, "prompt": ABLATIONS, "temperature": 0.3, "max_tokens": 500,
             "structured": "json_object", "no_cache": True})
         run_experiment(cfg, progress=False)
         from_run = list(server.requests)
@@ -81,7 +81,7 @@ def test_one_word_of_the_system_prompt_redoes_the_reformulation(small, monkeypat
     from apcir.reformulation import prompt
 
     with FakeOpenAI() as server:
-        cfg = experiment(small, "promptword", {"llm": "gpt-test", "base_url": server.url})
+        cfg = experiment(small, "promptword", {"method": "gpt-test", "base_url": server.url})
         run_experiment(cfg, progress=False)
         asked = server.count
         assert asked == len(picked(small))
@@ -100,7 +100,7 @@ def test_run_with_rewrites_from_a_tsv_reports_the_missing_turn(small, capsys):
     tsv = root / "published-rewrites.tsv"
     turns = {t.turn_id: t for t in datasets.topics("ikat23-test")}
     tsv.write_text("".join(f"{t}\t{turns[t].manual_rewrite or turns[t].utterance}\n" for t in chosen[1:]))
-    cfg = experiment(small, "fromtsv", {"llm": f"file:{tsv}"})
+    cfg = experiment(small, "fromtsv", {"method": f"file:{tsv}"})
     report = run_experiment(cfg, progress=False)
     assert report.failed_turns == [chosen[0]]
     out = capsys.readouterr()
@@ -112,7 +112,7 @@ def test_run_with_rewrites_from_a_tsv_reports_the_missing_turn(small, capsys):
 
 
 def test_weights_json_records_its_provenance_and_min_turns_falls_back(small):
-    cfg = experiment(small, "provenance", {"llm": "heuristic"})
+    cfg = experiment(small, "provenance", {"method": "heuristic"})
     run_experiment(cfg, progress=False)
     weights = load_weights(cfg.run_dir / "weights.json")
     assert weights.tuned_on.qrels == "ikat23-test-provenance"

@@ -118,27 +118,27 @@ def test_tuning_on_rewrites_that_lack_the_tuning_topics_is_refused_at_load(tmp_p
     tsv = tmp_path / "rewrites-2023.tsv"
     tsv.write_text("".join(f"{t.turn_id}\t{t.utterance}\n" for t in datasets.topics("ikat23-test")[:40]))
     config = tmp_path / "trap.toml"
-    config.write_text(f'name = "trap"\n[reformulator]\nllm = "file:{tsv}"\n'
+    config.write_text(f'name = "trap"\n[reformulator]\nmethod = "file:{tsv}"\n'
                       '[fusion.weights]\nsource = "tune"\ntune_topics = "ikat24-test"\ntune_qrels = "ikat24-test"\n'
                       '[evaluation]\nqrels = "ikat23-test-provenance"\n')
     code, _, err = run_cli("run", str(config))
-    assert code == 2 and "holds no turn of" in err and "ikat24-test" in err and "tune_llm" in err, err
+    assert code == 2 and "holds no turn of" in err and "ikat24-test" in err and "tune_method" in err, err
     assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists()
 
 
 def test_tuning_where_no_passage_is_judged_is_refused_before_the_search(small, tmp_path, run_cli, monkeypatch):
-    """tune_llm gives the tuning leg the 2024 rewrites, but the collection holds no 2024 passage: refused before
+    """tune_method gives the tuning leg the 2024 rewrites, but the collection holds no 2024 passage: refused before
     any search, naming that cause (not a weights file of zeros chosen by the tie rule)."""
     root, collection, index, chosen = small
     monkeypatch.chdir(tmp_path)
     tsv = tmp_path / "rewrites-2024.tsv"
     tsv.write_text("".join(f"{t.turn_id}\t{t.utterance}\n" for t in datasets.topics("ikat24-test")))
     config = tmp_path / "tune.toml"
-    config.write_text(f'name = "tune24"\nturns = {json.dumps(chosen[:6])}\n[reformulator]\nllm = "heuristic"\n'
+    config.write_text(f'name = "tune24"\nturns = {json.dumps(chosen[:6])}\n[reformulator]\nmethod = "heuristic"\n'
                       f'[retrieval]\nindex = "{index}"\ncollection = "{collection}"\n'
                       f'[fusion.weights]\nsource = "tune"\ntune_topics = "ikat24-test"\ntune_qrels = "ikat24-test"\n'
-                      f'tune_llm = "file:{tsv}"\nstep = 0.1\n[evaluation]\nqrels = "ikat23-test-provenance"\n')
+                      f'tune_method = "file:{tsv}"\nstep = 0.1\n[evaluation]\nqrels = "ikat23-test-provenance"\n')
     code, _, err = run_cli("run", str(config), "--no-progress")
     assert code == 2, err
     line = err.strip().splitlines()[-1]

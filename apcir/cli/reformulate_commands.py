@@ -45,7 +45,7 @@ def prompt_options(
 
 def reformulate_command(
     topics: str = typer.Option(..., "--topics", "-t", help="Bundled topics (ikat23-test, ...) or a topic file."),
-    llm: str = typer.Option(..., "--llm", "-m", help=f"Who reformulates: {usage_help()}."),
+    llm: str = typer.Option(..., "--method", "--llm", "-m", help=f"Who reformulates: {usage_help()}."),
     out: Path = typer.Option(..., "--out", "-o", help="Reformulations JSONL (appended; a re-run resumes)."),
     turns: list[str] = typer.Option(None, "--turns", help="Only these turn ids (repeat or comma-separate)."),
     judged_only: str = typer.Option(None, "--judged-only", help="Only turns judged in these qrels (name or file)."),
@@ -97,7 +97,7 @@ def reformulate_command(
     """Personalisation level and three reformulations per turn, one JSONL record per turn."""
     options = settings(
         ReformulatorOptions,
-        llm=llm, base_url=base_url, api_key_env=api_key_env, concurrency=concurrency,
+        method=llm, base_url=base_url, api_key_env=api_key_env, concurrency=concurrency,
         cache_dir=str(cache_dir) if cache_dir else None, no_cache=no_cache or None, structured=structured,
         temperature=temperature, max_tokens=max_tokens, timeout=timeout, max_retries=max_retries,
         retry_delay=retry_delay, prices=str(prices) if prices else None,

@@ -46,7 +46,7 @@ def ptkb_table(metrics: RunMetrics) -> Table:
 
 def run_command(
     config: str = typer.Argument(..., help="Experiment file (.toml/.yaml) or a bundled config name (demo)."),
-    llm: str | None = typer.Option(None, "--llm", help="Override the reformulator (heuristic, manual, gpt-4o, ...)."),
+    llm: str | None = typer.Option(None, "--method", "--llm", help="Override the reformulator (heuristic, manual, gpt-4o, ...)."),
     responder: str | None = typer.Option(None, "--responder", help="Override the responder (extractive, gpt-4o, ...)."),
     base_url: str | None = typer.Option(
         None, "--base-url", help="Override the OpenAI-compatible server URL (reformulator and responder)."

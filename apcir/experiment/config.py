@@ -104,25 +104,25 @@ class ExperimentConfig(BaseModel):
     @model_validator(mode="after")
     def _tuning_rewrites_cover_the_tuning_topics(self) -> ExperimentConfig:
         """A ``file:`` reformulator of the tuning leg that holds no turn of some tuning topics is refused now,
-        naming them, rather than tuning on fallbacks (see fusion.weights.tune_llm)."""
+        naming them, rather than tuning on fallbacks (see fusion.weights.tune_method)."""
         weights = self.fusion.weights
-        tuner = weights.tune_llm or self.reformulator.llm
+        tuner = weights.tune_method or self.reformulator.method
         if weights.source != "tune" or not weights.tune_topics or not tuner.startswith("file:"):
             return self
         from apcir.reformulation.file import file_path, read_fields
 
         try:
-            fields, _ = read_fields(file_path(tuner), {} if weights.tune_llm else self.reformulator.map)
+            fields, _ = read_fields(file_path(tuner), {} if weights.tune_method else self.reformulator.map)
             turns = datasets.topics(weights.tune_topics)
         except ApcirError as exc:
             raise ValueError(f"fusion.weights: {exc}") from None
         lacking = sorted({t.conversation_id for t in turns} - {t.conversation_id for t in turns if t.turn_id in fields})
         if lacking:
             shown = ", ".join(lacking[:8]) + (" ..." if len(lacking) > 8 else "")
-            which = "fusion.weights.tune_llm" if weights.tune_llm else "reformulator.llm"
+            which = "fusion.weights.tune_method" if weights.tune_method else "reformulator.method"
             raise ValueError(f"{which} {tuner!r} holds no turn of {len(lacking)} of the {weights.tune_topics} "
                              f"topics the weights are tuned on ({shown}); give the tuning leg its own rewrites with "
-                             "fusion.weights.tune_llm = \"file:...\" (or another reformulator)")
+                             "fusion.weights.tune_method = \"file:...\" (or another reformulator)")
         return self
 
     @model_validator(mode="after")
@@ -219,7 +219,8 @@ def with_overrides(data: dict[str, Any], *, llm: str | None = None, responder: s
     data = dict(data)
     reformulator = dict(data.get("reformulator", {}))
     if llm:
-        reformulator["llm"] = llm
+        reformulator.pop("llm", None)
+        reformulator["method"] = llm
     respond = dict(data.get("respond", {}))
     if responder:
         respond["responder"] = responder
@@ -232,7 +233,7 @@ def with_overrides(data: dict[str, Any], *, llm: str | None = None, responder: s
         from apcir.responses.registry import responder_for
 
         asking = [section for section, offline in (
-            (reformulator, is_offline(str(reformulator.get("llm", "heuristic")))),
+            (reformulator, is_offline(str(reformulator.get("method", reformulator.get("llm", "heuristic"))))),
             (respond, responder_for(str(respond.get("responder", "extractive"))).offline)) if not offline]
         if not asking:
             raise ApcirError(f"{option}: neither the reformulator nor the responder asks a model here; give --llm "

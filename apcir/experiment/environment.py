@@ -30,7 +30,7 @@ def environment(config: ExperimentConfig) -> dict[str, Any]:
     except (OSError, subprocess.SubprocessError):
         commit = None
     return {"apcir": __version__, "python": platform.python_version(), "platform": platform.platform(),
-            "packages": packages, "git_commit": commit, "reformulator": config.reformulator.llm,
+            "packages": packages, "git_commit": commit, "reformulator": config.reformulator.method,
             "encoder": config.retrieval.encoder, "backend": config.retrieval.backend}
 
 

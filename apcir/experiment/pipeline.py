@@ -264,14 +264,14 @@ class Experiment:
         tune_dir = self.run_dir / "tune"
         turns = datasets.topics(weights_cfg.tune_topics)
         refs = tune_dir / "reformulations.jsonl"
-        tuner = cfg.reformulator if not weights_cfg.tune_llm else \
-            cfg.reformulator.model_copy(update={"llm": weights_cfg.tune_llm})
+        tuner = cfg.reformulator if not weights_cfg.tune_method else \
+            cfg.reformulator.model_copy(update={"method": weights_cfg.tune_method})
         records = self.reformulate("reformulate:tune", turns, weights_cfg.tune_topics, tuner, refs)
         failed = [t.turn_id for t in turns if records.get(t.turn_id) is None or records[t.turn_id].status == "failed"]
         if turns and len(failed) == len(turns):
             raise ApcirError(f"every one of the {len(turns)} tuning turns ({tune_topics}) failed to reformulate, so "
                              f"there is nothing to tune on: give the tuning leg a reformulator that covers them "
-                             f"(fusion.weights.tune_llm), or other tune_topics; first error: "
+                             f"(fusion.weights.tune_method), or other tune_topics; first error: "
                              f"{records[failed[0]].error if failed[0] in records else 'no record'}")
         lists = {name: tune_dir / "lists" / f"{name}.run" for name in LIST_NAMES}
         self.retrieve("retrieve:tune", index_dir, records, refs, {n: n for n in LIST_NAMES}, lists)
@@ -709,7 +709,7 @@ LOCK_FILE = ".apcir.lock"
 
 def config_inputs(config: ExperimentConfig) -> list[str | None]:
     """The files a config reads (names of bundled data resolve to nothing and are skipped by the checks)."""
-    llm = config.reformulator.llm
+    llm = config.reformulator.method
     weights = config.fusion.weights
     return [config.topics, config.evaluation.qrels, config.evaluation.ptkb_qrels, config.retrieval.collection,
             config.retrieval.passages, llm.removeprefix("file:") if llm.startswith("file:") else None, weights.file,
@@ -748,7 +748,7 @@ def _run(config: ExperimentConfig, console: Console, progress: bool) -> RunRepor
     manual_refs = run_dir / "reformulations-manual.jsonl"
     manual_records: dict[str, ReformulationRecord] = {}
     if "manual" in names:
-        manual = config.reformulator.model_copy(update={"llm": "manual"})
+        manual = config.reformulator.model_copy(update={"method": "manual"})
         manual_records = exp.reformulate("reformulate:manual", turns, config.topics, manual, manual_refs)
 
     index_dir = exp.index()

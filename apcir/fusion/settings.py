@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -31,15 +31,23 @@ class WeightsSettings(TuningSettings):
     file: str | None = Field(None, description="source = file: a weights.json")
     tune_topics: str | None = Field(None, description="source = tune: topics to tune on")
     tune_qrels: str | None = Field(None, description="source = tune: their qrels")
-    tune_llm: str | None = Field(None, description="source = tune: the tuning leg's own reformulator (e.g. "
-                                 "file:PATH with the tuning topics' rewrites); default: [reformulator] llm")
+    tune_method: str | None = Field(None, description="source = tune: the tuning leg's own reformulator (e.g. "
+                                    "file:PATH with the tuning topics' rewrites); default: [reformulator] method; "
+                                    "formerly tune_llm")
     folds: int = Field(5, ge=2, description="source = cv: folds, by conversation")
     seed: int = Field(0, ge=0, description="fold assignment (cv) and the random baseline")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _tune_method_was_tune_llm(cls, data: Any) -> Any:
+        from apcir.settings import renamed_key
+
+        return renamed_key(data, "tune_llm", "tune_method", "[fusion.weights]")
+
     @model_validator(mode="after")
     def _only_what_the_source_uses(self) -> WeightsSettings:
-        unused = {"cv": {"file", "tune_topics", "tune_qrels", "tune_llm"},
-                  "file": {"folds", "tune_topics", "tune_qrels", "tune_llm"}, "tune": {"file", "folds"}}[self.source]
+        unused = {"cv": {"file", "tune_topics", "tune_qrels", "tune_method"},
+                  "file": {"folds", "tune_topics", "tune_qrels", "tune_method"}, "tune": {"file", "folds"}}[self.source]
         from apcir.llm.settings import refuse_unused
 
         refuse_unused(self, unused, f"with source = {self.source!r}")

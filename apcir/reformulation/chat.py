@@ -40,7 +40,7 @@ def identity(turns: Sequence[Turn], options: ReformulatorOptions) -> dict[str, A
     params = options.params()
     digest = hashlib.sha256()
     for turn in turns:
-        digest.update(cache_key(options.llm, build_prompt(turn, options.prompt).messages, params).encode())
+        digest.update(cache_key(options.method, build_prompt(turn, options.prompt).messages, params).encode())
     schema = json.dumps(output_schema(options.prompt.cot), sort_keys=True)
     return {
         "requests": digest.hexdigest()[:16],
@@ -104,7 +104,7 @@ def produce(
         error = (f"the prompt is over max_prompt_tokens ({options.max_prompt_tokens}) even after every cut: "
                  f"{'; '.join(notes[turn.turn_id])}; raise max_prompt_tokens (and the server's context)")
         warn(f"turn {turn.turn_id} failed: {error}; not sent")
-        emit(_record(turn, prompts[turn.turn_id], options.llm, Answer(turn.turn_id, None, error=error),
+        emit(_record(turn, prompts[turn.turn_id], options.method, Answer(turn.turn_id, None, error=error),
                      notes[turn.turn_id]))
     turns = [t for t in turns if t not in over]
     asks = [
@@ -124,9 +124,9 @@ def produce(
         if not answer.ok:
             kept = "; the raw answer is kept in the record" if answer.raw is not None else ""
             warn(f"turn {ask.key} failed: {answer.error}{kept}")
-        emit(_record(by_id[ask.key], prompts[ask.key], options.llm, answer, notes.get(ask.key, [])))
+        emit(_record(by_id[ask.key], prompts[ask.key], options.method, answer, notes.get(ask.key, [])))
 
-    return ask_all(asks, model=options.llm, settings=settings, accounting=accounting, on_answer=on_answer,
+    return ask_all(asks, model=options.method, settings=settings, accounting=accounting, on_answer=on_answer,
                    read_cache=not refresh)
 
 

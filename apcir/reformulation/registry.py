@@ -41,7 +41,7 @@ class ReformulatorSpec:
 
 def _offline(turns: Sequence[Turn], options: ReformulatorOptions, emit: Emit, **_: Any) -> None:
     for turn in turns:
-        emit(offline_record(turn, options.llm))
+        emit(offline_record(turn, options.method))
 
 
 def _offline_identity(turns: Sequence[Turn], options: ReformulatorOptions) -> dict[str, Any]:
@@ -49,13 +49,13 @@ def _offline_identity(turns: Sequence[Turn], options: ReformulatorOptions) -> di
 
 
 def _from_file(turns: Sequence[Turn], options: ReformulatorOptions, emit: Emit, **_: Any) -> None:
-    records, warnings = file_records(turns, options.llm, options.map, options.level_fallback)
+    records, warnings = file_records(turns, options.method, options.map, options.level_fallback)
     for message in warnings:
         warn(message)
     missing = [r.turn_id for r in records if r.status == "failed"]
     if missing:
         shown = ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")
-        warn(f"{len(missing)} turn(s) have no usable reformulation in {options.llm[len(FILE_PREFIX):]}: {shown}")
+        warn(f"{len(missing)} turn(s) have no usable reformulation in {options.method[len(FILE_PREFIX):]}: {shown}")
     filled = [r for r in records if any(n.startswith("no level") for n in r.notes)]
     if filled:
         warn(f"{len(filled)} turn(s) have no level in the file; levels from the fallback "
@@ -65,7 +65,7 @@ def _from_file(turns: Sequence[Turn], options: ReformulatorOptions, emit: Emit, 
 
 
 def _file_identity(turns: Sequence[Turn], options: ReformulatorOptions) -> dict[str, Any]:
-    digest = hashlib.sha256(file_path(options.llm).read_bytes()).hexdigest()[:16]
+    digest = hashlib.sha256(file_path(options.method).read_bytes()).hexdigest()[:16]
     identity: dict[str, Any] = {"file": digest, "map": dict(sorted(options.map.items())),
                                 "level_fallback": options.level_fallback}
     if options.level_fallback == "heuristic":

@@ -6,12 +6,13 @@ with the same values send the same prompts with the same parameters.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from apcir.llm.settings import LLM_FIELDS, LLMSettings, refuse_unused
 from apcir.reformulation.prompt import PromptOptions
+from apcir.settings import renamed_key
 
 # The fields of a reformulation a file may provide, in the record's own names.
 FILE_FIELDS: tuple[str, ...] = (
@@ -27,11 +28,12 @@ LevelFallback = Literal["a", "heuristic"]
 
 
 class ReformulatorOptions(LLMSettings):
-    """Who reformulates (``llm``) and, for a model, how it is asked."""
+    """Who reformulates (``method``) and, for a model, how it is asked."""
 
-    llm: str = Field(
+    method: str = Field(
         "heuristic",
-        description="heuristic, manual, file:PATH (rewrites made elsewhere), or a model name (gpt-4o, ...)",
+        description="heuristic, manual, file:PATH (rewrites made elsewhere), or a model name (gpt-4o, ...); "
+        "formerly `llm`",
     )
     prompt: PromptOptions = Field(default_factory=PromptOptions, description="prompt ablations and history trimming")
     map: dict[str, str] = Field(
@@ -42,7 +44,12 @@ class ReformulatorOptions(LLMSettings):
         "a", description="file:PATH only: the level of a turn the file gives none for: 'a' or the 'heuristic' one"
     )
 
-    @field_validator("llm")
+    @model_validator(mode="before")
+    @classmethod
+    def _method_was_llm(cls, data: Any) -> Any:
+        return renamed_key(data, "llm", "method", "[reformulator]")
+
+    @field_validator("method")
     @classmethod
     def _not_empty(cls, value: str) -> str:
         if not value.strip():
@@ -60,14 +67,14 @@ class ReformulatorOptions(LLMSettings):
 
     @model_validator(mode="after")
     def _only_what_is_used(self) -> ReformulatorOptions:
-        if self.llm.startswith("file:"):
-            refuse_unused(self, LLM_FIELDS | {"prompt"}, f"with llm = {self.llm!r} (rewrites from a file, no model)")
+        if self.method.startswith("file:"):
+            refuse_unused(self, LLM_FIELDS | {"prompt"}, f"with method = {self.method!r} (rewrites from a file, no model)")
             return self
-        refuse_unused(self, {"map", "level_fallback"}, f"with llm = {self.llm!r} (they are for file:PATH only)")
+        refuse_unused(self, {"map", "level_fallback"}, f"with method = {self.method!r} (they are for file:PATH only)")
         from apcir.reformulation.registry import is_offline
 
-        if is_offline(self.llm):
-            refuse_unused(self, LLM_FIELDS | {"prompt"}, f"with llm = {self.llm!r} (offline, no model)")
+        if is_offline(self.method):
+            refuse_unused(self, LLM_FIELDS | {"prompt"}, f"with method = {self.method!r} (offline, no model)")
         return self
 
 

@@ -41,14 +41,14 @@ class ReformulateSummary(BatchSummary):
 
 def stage_identity(turns: list[Turn], options: ReformulatorOptions) -> dict[str, Any]:
     """What determines the records of ``turns`` (the stage fingerprint's input): see each reformulator."""
-    spec = reformulator_for(options.llm)
-    return {"reformulator": spec.name, "llm": options.llm, **spec.identity(turns, options)}
+    spec = reformulator_for(options.method)
+    return {"reformulator": spec.name, "llm": options.method, **spec.identity(turns, options)}
 
 
 def shaping_settings(options: ReformulatorOptions) -> dict[str, Any]:
     """The settings that shape a record whatever the turns (a resume with other ones is refused)."""
-    spec = reformulator_for(options.llm)
-    shaping: dict[str, Any] = {"llm": options.llm}
+    spec = reformulator_for(options.method)
+    shaping: dict[str, Any] = {"llm": options.method}
     if spec.name == "file":
         shaping.update({k: v for k, v in spec.identity([], options).items() if k != "heuristic"})
     elif not spec.offline:
@@ -76,7 +76,7 @@ def reformulate(
     progress: bool = True,
     redo_stale: bool = False,
 ) -> ReformulateSummary:
-    """Reformulate ``turns`` as ``options.llm`` says into ``out`` (resumable; see the module docstring).
+    """Reformulate ``turns`` as ``options.method`` says into ``out`` (resumable; see the module docstring).
 
     Raises :class:`ApcirError` for user errors and
     :class:`~apcir.llm.client.LLMFatalError` (a subclass) when the server
@@ -91,11 +91,11 @@ def _reformulate(
     turns: list[Turn], options: ReformulatorOptions, out: Path, *, refresh: bool, progress: bool, redo_stale: bool
 ) -> ReformulateSummary:
     started = time.perf_counter()
-    spec = reformulator_for(options.llm)
+    spec = reformulator_for(options.method)
     if spec.name == "file":
         from apcir.reformulation.file import file_path
 
-        file_path(options.llm)  # a missing file fails here, before any output exists
+        file_path(options.method)  # a missing file fails here, before any output exists
     unique: dict[str, Turn] = {}
     for turn in turns:
         unique.setdefault(turn.turn_id, turn)
@@ -103,10 +103,10 @@ def _reformulate(
     if refresh and out.exists():
         out.unlink()
     existing = read_existing(out)
-    others = sorted({r.model for r in existing.values() if r.model != options.llm})
+    others = sorted({r.model for r in existing.values() if r.model != options.method})
     if others:
         raise ApcirError(
-            f"already holds records of {', '.join(others)}, not {options.llm}; choose another --out (or --refresh to "
+            f"already holds records of {', '.join(others)}, not {options.method}; choose another --out (or --refresh to "
             "start it over)",
             path=out,
         )
@@ -119,13 +119,13 @@ def _reformulate(
     config = _config_snapshot(options, spec.offline, refresh)
     final_mode: str | None = None
     try:
-        with appending(out, "reformulations", f"reformulate {options.llm}", len(pending), progress,
+        with appending(out, "reformulations", f"reformulate {options.method}", len(pending), progress,
                        settings=shaping) as writer:
             try:
                 if pending:
                     final_mode = spec.produce(pending, options, writer, accounting=accounting, refresh=refresh)
             finally:
-                summary = _summary(out, options.llm, turns, existing, writer, accounting, config, started,
+                summary = _summary(out, options.method, turns, existing, writer, accounting, config, started,
                                    final_mode)
                 summary.settings = shaping
                 write_json(summary_path_for(out), summary.model_dump(), indent=2)
@@ -137,12 +137,12 @@ def _reformulate(
 
 def _config_snapshot(options: ReformulatorOptions, offline: bool, refresh: bool) -> dict[str, Any]:
     config: dict[str, Any] = {
-        "llm": options.llm,
+        "llm": options.method,
         "offline": offline,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "versions": _versions(),
     }
-    if options.llm.startswith("file:"):
+    if options.method.startswith("file:"):
         config.update(map=options.map, level_fallback=options.level_fallback)
     elif not offline:
         config.update(options.client_snapshot(refresh), prompt_options=options.prompt.model_dump())
