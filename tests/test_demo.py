@@ -65,3 +65,19 @@ def test_notebook_runs_on_the_demo_outputs(demo, monkeypatch):
     # the notebook uses only the public API
     sources = "\n".join(c.source for c in notebook.cells if c.cell_type == "code")
     assert re.findall(r"^(?:from|import) (\S+)", sources, re.M) == ["os", "collections", "pathlib", "apcir"]
+
+
+def test_demo_numbers_are_the_expected_scores(demo):
+    """Every system's means (and the PTKB rankings' and responses') equal apcir/configs/demo.expected.json within
+    its tolerance: a change of numbers must be a deliberate edit of that file (APCIR_UPDATE_EXPECTED=1 rewrites it)."""
+    import os
+
+    from apcir.evaluation.expected import differences, read_expected, write_expected
+    from apcir.experiment.config import CONFIGS
+
+    _, report = demo
+    path = CONFIGS / "demo.expected.json"
+    if os.environ.get("APCIR_UPDATE_EXPECTED") == "1":
+        write_expected(report.metrics, path)
+    problems = differences(report.metrics, read_expected(path))
+    assert not problems, "the demo's numbers moved (update demo.expected.json on purpose):\n" + "\n".join(problems)

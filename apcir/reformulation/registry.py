@@ -1,4 +1,4 @@
-"""The reformulators: the single source of the names ``reformulator.llm`` / ``--llm`` accepts.
+"""The reformulators: the single source of the names ``reformulator.method`` / ``--method`` accepts.
 
 A reformulator gives every turn a :class:`~apcir.contract.reformulations.ReformulationRecord`.
 Each entry says how it is named, what identifies its output (for the stage
