@@ -33,3 +33,18 @@ def test_the_command_line_takes_the_new_and_the_old_option(run_cli, tmp_path):
                                "--out", str(out))
         assert code == 0, err
         assert out.exists()
+
+
+def test_a_run_directory_config_json_loads_as_the_same_config(tmp_path):
+    from apcir.experiment.config import validate_config
+    from apcir.io import write_json
+    from apcir.llm.settings import redact_urls
+
+    config = validate_config({"name": "again", "turns": ["9-1_1", "9-1_2"], "output_dir": str(tmp_path / "r"),
+                              "reformulator": {"method": "gpt-x", "base_url": "http://127.0.0.1:9/v1"},
+                              "rerank": {"reranker": "cross-encoder", "model": "some/model", "depth": 20},
+                              "fusion": {"weights": {"folds": 3}}, "evaluation": {"qrels": "ikat23-test"}})
+    path = tmp_path / "config.json"
+    write_json(path, redact_urls(config.model_dump(mode="json")))  # as `apcir run` writes it
+    again = load_config(path)
+    assert again == config

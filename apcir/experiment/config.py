@@ -161,20 +161,49 @@ def resolve_config_path(value: str) -> Path:
 
 
 def load_config(path: Path) -> ExperimentConfig:
-    """Read a TOML (.toml) or YAML (.yaml/.yml) experiment file; errors name the file and the field."""
-    if path.suffix not in (".toml", ".yaml", ".yml"):
-        raise ApcirError("config must be .toml, .yaml or .yml", path=path)
-    text = read_text(path, "config file")
-    try:
-        data = tomllib.loads(text) if path.suffix == ".toml" else (yaml.load(text, Loader=_UniqueKeyLoader) or {})
-    except tomllib.TOMLDecodeError as exc:
-        raise ApcirError(f"malformed config: {exc}", path=path) from None
-    except yaml.YAMLError as exc:
-        raise _yaml_problem(exc, path) from None
+    """Read a TOML (.toml) or YAML (.yaml/.yml) experiment file, or a run directory's ``config.json`` (the config
+    as that run resolved it); errors name the file and the field."""
+    if path.suffix not in (".toml", ".yaml", ".yml", ".json"):
+        raise ApcirError("config must be .toml, .yaml or .yml (or a run directory's config.json)", path=path)
+    if path.suffix == ".json":
+        from apcir.io import read_json
+
+        data = read_json(path, "config file")
+        if isinstance(data, dict):  # the resolved config holds every default: keep only what differs from them
+            data = _without_defaults(data)
+    else:
+        data = _parse(path)
     if not isinstance(data, dict):
         raise ApcirError("config must be a table/mapping at the top level", path=path)
     check_unicode(data, path)  # YAML, like JSON, lets an escape make a lone surrogate (TOML refuses it)
     return validate_config(data, path)
+
+
+def _parse(path: Path) -> Any:
+    text = read_text(path, "config file")
+    try:
+        return tomllib.loads(text) if path.suffix == ".toml" else (yaml.load(text, Loader=_UniqueKeyLoader) or {})
+    except tomllib.TOMLDecodeError as exc:
+        raise ApcirError(f"malformed config: {exc}", path=path) from None
+    except yaml.YAMLError as exc:
+        raise _yaml_problem(exc, path) from None
+
+
+def _without_defaults(data: dict[str, Any]) -> dict[str, Any]:
+    """A resolved config without the values of its sections that are their defaults (so that a key that only
+    some settings allow, such as an LLM's, is not given where it is not used)."""
+
+    def strip(value: Any, default: Any) -> Any:
+        if isinstance(value, dict) and isinstance(default, dict):
+            return {k: strip(v, default.get(k)) for k, v in value.items() if k not in default or v != default[k]}
+        return value
+
+    out = dict(data)
+    for key, field in ExperimentConfig.model_fields.items():
+        factory = field.default_factory
+        if key in out and factory is not None and isinstance(out[key], dict):
+            out[key] = strip(out[key], factory().model_dump(mode="json"))  # type: ignore[call-arg]
+    return out
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

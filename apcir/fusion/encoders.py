@@ -45,9 +45,9 @@ def text_encoder(name: str, corpus: Sequence[str] | None = None, kind: str = "sp
         return tfidf_encoder(corpus)
     try:
         from apcir.retrieval.encoder import make_encoder
+        from apcir.retrieval.registry import ENCODER_KINDS
     except ImportError as exc:  # pragma: no cover - depends on the retrieval extra
         raise ApcirError(f"encoder {name}: the retrieval encoders are unavailable ({exc}); use tfidf") from None
     model = make_encoder(kind, name)
-    if kind == "dense":
-        return MemoEncoder(lambda texts: model.encode_documents(texts, progress=False))
-    return MemoEncoder(lambda texts: model.encode_documents(texts, progress=False).toarray())
+    spec = ENCODER_KINDS.get(kind)
+    return MemoEncoder(lambda texts: spec.rows(model.encode_documents(texts, progress=False)))

@@ -99,30 +99,13 @@ def bm25_similarity() -> SimilaritySpec:
     return SimilaritySpec(similarity, BM25)
 
 
-def splade_similarity(model: str) -> SimilaritySpec:
-    """Sparse dot products with a SPLADE model: the rewrite as a query, each statement as a passage."""
-    from apcir.retrieval.encoder import SpladeEncoder
+def encoder_similarity(model: str, kind: str | None = None) -> SimilaritySpec:
+    """Inner products of a model's vectors, the rewrite as a query and each statement as a passage: sparse dot
+    products for SPLADE, cosine for a bi-encoder that normalises (as MiniLM does)."""
+    from apcir.retrieval.registry import kind_of_model
 
-    encoder = SpladeEncoder(model)
-
-    def similarity(items: Sequence[tuple[str, list[str]]]) -> list[list[float]]:
-        unique = sorted({text for _, texts in items for text in texts})
-        if not unique:
-            return [[] for _ in items]
-        statements = encoder.encode_documents(unique, progress=False, description="encoding PTKB statements")
-        queries = encoder.encode_queries([q for q, _ in items], progress=False)
-        row = {text: i for i, text in enumerate(unique)}
-        scores = (queries @ statements.T).toarray()
-        return [[float(scores[n, row[t]]) for t in texts] for n, (_, texts) in enumerate(items)]
-
-    return SimilaritySpec(similarity, encoder.name)
-
-
-def dense_similarity(model: str) -> SimilaritySpec:
-    """Inner products of bi-encoder embeddings (cosine for a model that normalises, as MiniLM does)."""
-    from apcir.retrieval.dense import DenseEncoder
-
-    encoder = DenseEncoder(model)
+    spec = kind_of_model(model, kind)
+    encoder = spec.make(model)
 
     def similarity(items: Sequence[tuple[str, list[str]]]) -> list[list[float]]:
         unique = sorted({text for _, texts in items for text in texts})
@@ -131,22 +114,18 @@ def dense_similarity(model: str) -> SimilaritySpec:
         statements = encoder.encode_documents(unique, progress=False, description="encoding PTKB statements")
         queries = encoder.encode_queries([q for q, _ in items], progress=False)
         row = {text: i for i, text in enumerate(unique)}
-        scores = queries @ statements.T
+        scores = spec.rows(queries @ statements.T)
         return [[float(scores[n, row[t]]) for t in texts] for n, (_, texts) in enumerate(items)]
 
     return SimilaritySpec(similarity, encoder.name)
 
 
 def similarity_for(encoder: str | None, kind: str | None = None) -> SimilaritySpec:
-    """The similarity named ``encoder``: ``bm25`` (or None); a bi-encoder (``minilm``, or any model with
-    ``kind = "dense"``, as a dense index records it); else that SPLADE model (``splade-tiny``, a hub id)."""
-    from apcir.retrieval.encoder import DENSE_ALIASES
-
+    """The similarity named ``encoder``: ``bm25`` (or None), else that model's (``kind`` as an index records it;
+    by default a known bi-encoder such as ``minilm`` is dense, any other model SPLADE)."""
     if encoder is None or encoder == BM25:
         return bm25_similarity()
-    if kind == "dense" or encoder in DENSE_ALIASES:
-        return dense_similarity(encoder)
-    return splade_similarity(encoder)
+    return encoder_similarity(encoder, kind)
 
 
 def _scored(order: list[str]) -> list[tuple[str, float]]:

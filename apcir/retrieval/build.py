@@ -48,7 +48,7 @@ from apcir.retrieval.manifest import (
     now_iso,
     write_manifest,
 )
-from apcir.retrieval.registry import BACKENDS, BackendSpec
+from apcir.retrieval.registry import BACKENDS, ENCODER_KINDS, BackendSpec
 
 WORK = "_build"
 CHUNK_SIZE = 10_000
@@ -408,8 +408,7 @@ def _shard_dir(work: Path, index: int, shards: int) -> Path:
 
 def _chunk_paths(folder: Path, number: int, kind: str = "splade") -> tuple[Path, Path]:
     """The vectors (``.npz`` sparse, ``.npy`` dense) and the ids of one chunk."""
-    suffix = ".npy" if kind == "dense" else ".npz"
-    return folder / f"chunk-{number:06d}{suffix}", folder / f"chunk-{number:06d}.ids"
+    return folder / f"chunk-{number:06d}{ENCODER_KINDS.get(kind).suffix}", folder / f"chunk-{number:06d}.ids"
 
 
 def _encode_shard(path: Path, work: Path, plan: BuildPlan, index: int, get_encoder: Any, progress: bool) -> int:
@@ -452,22 +451,12 @@ def _copy_vectors(source: Path, path: Path, plan: BuildPlan, work: Path) -> None
     folder = _shard_dir(work, 0, 1)
     if (folder / "done.json").exists():
         return
-    documents: Any
-    if plan.encoder_kind == "dense":
-        from apcir.retrieval.dense import load_vectors
-
-        status = index_status(source, path, "dense", plan.model, plan.doc_max_length)
-        if not status.up_to_date:
-            raise ApcirError(f"cannot reuse its vectors (it must be a dense index): {status.reason}", path=source)
-        documents, ids = load_vectors(source)
-    else:
-        from apcir.retrieval.embedded import load_embedded
-
-        status = index_status(source, path, "embedded", plan.model, plan.doc_max_length)
-        if not status.up_to_date:
-            raise ApcirError(f"cannot reuse its vectors: {status.reason}", path=source)
-        postings, ids = load_embedded(source)
-        documents = sp.csr_matrix(postings.T, dtype=np.float32)
+    kind = ENCODER_KINDS.get(plan.encoder_kind)
+    status = index_status(source, path, kind.index_backend, plan.model, plan.doc_max_length)
+    if not status.up_to_date:
+        raise ApcirError(f"cannot reuse its vectors (it must be a {kind.index_backend} index): {status.reason}",
+                         path=source)
+    documents, ids = kind.stored_vectors(source)
     folder.mkdir(parents=True, exist_ok=True)
     for number, start in enumerate(range(0, len(ids), plan.chunk_size)):
         _write_chunk(folder, number, ids[start : start + plan.chunk_size],
@@ -484,19 +473,14 @@ def _encode_groups(encoder: TextEncoder, texts: list[str], group: int, advance: 
         part = texts[start : start + group]
         blocks.append(encoder.encode_documents(part, progress=False))
         advance(len(part))
-    if encoder.kind == "dense":
-        return np.vstack(blocks).astype(np.float32, copy=False)
-    return sp.vstack(blocks, format="csr", dtype=np.float32)
+    return ENCODER_KINDS.get(encoder.kind).stack(blocks)
 
 
 def _write_chunk(folder: Path, number: int, ids: list[str], matrix: Vectors, kind: str = "splade") -> None:
     vectors, id_file = _chunk_paths(folder, number, kind)
     write_text(id_file, "".join(f"{pid}\n" for pid in ids))
     with atomic_write(vectors, "wb") as handle:  # the vectors appear last: their presence means the chunk is complete
-        if kind == "dense":
-            np.save(handle, np.asarray(matrix, dtype=np.float32), allow_pickle=False)
-        else:
-            sp.save_npz(handle, matrix, compressed=False)
+        ENCODER_KINDS.get(kind).save(handle, matrix)
 
 
 def _iter_chunks(work: Path, plan: BuildPlan) -> Iterator[tuple[list[str], Vectors]]:
@@ -508,10 +492,7 @@ def _iter_chunks(work: Path, plan: BuildPlan) -> Iterator[tuple[list[str], Vecto
             if not vectors.exists():
                 break
             ids = id_file.read_text(encoding="utf-8").splitlines()
-            if plan.encoder_kind == "dense":
-                yield ids, np.load(vectors, allow_pickle=False)
-            else:
-                yield ids, sp.load_npz(vectors).tocsr()
+            yield ids, ENCODER_KINDS.get(plan.encoder_kind).load(vectors)
             number += 1
 
 

@@ -83,6 +83,12 @@ def open_index(folder: Path, manifest: IndexManifest | None, encoder: SpladeEnco
     return EmbeddedIndex(folder, manifest, encoder)
 
 
+def passage_vectors(index_dir: Path) -> tuple[sp.csr_matrix, list[str]]:
+    """Every passage's SPLADE vector (passages x vocabulary) and the passage ids."""
+    postings, ids = load_embedded(index_dir)
+    return sp.csr_matrix(postings.T, dtype=np.float32), ids
+
+
 def load_embedded(index_dir: Path) -> tuple[sp.csr_matrix, list[str]]:
     """Postings (vocabulary x passages) and the passage ids."""
     for name in (POSTINGS, IDS):

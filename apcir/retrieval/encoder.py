@@ -406,12 +406,8 @@ def make_encoder(
     batch_size: int = 32,
 ) -> TextEncoder:
     """The encoder of a backend's ``kind`` (``splade`` or ``dense``) for ``model``."""
+    from apcir.retrieval.registry import ENCODER_KINDS
+
     lengths = {"query_max_length": query_max_length, "response_max_length": response_max_length,
                "doc_max_length": doc_max_length, "batch_size": batch_size}
-    if kind == "splade":
-        return SpladeEncoder(model, device=device, **lengths)
-    if kind == "dense":
-        from apcir.retrieval.dense import DenseEncoder
-
-        return DenseEncoder(model, device=device, **lengths)
-    raise ApcirError(f"unknown encoder kind {kind!r}")
+    return ENCODER_KINDS.get(kind).make(model, device=device, **lengths)  # type: ignore[no-any-return]

@@ -27,6 +27,84 @@ EncoderKind = Literal["splade", "dense"]
 
 
 @dataclass(frozen=True)
+class EncoderKindSpec:
+    """A kind of text encoder: how its model is loaded, and how its vectors are stored, stacked and compared.
+
+    ``sparse`` vectors are scipy CSR matrices (SPLADE, over the vocabulary); the others float32 arrays
+    (bi-encoder embeddings). ``vectors_of`` reads the passage vectors an index of ``index_backend`` keeps
+    (``apcir index build --reuse-vectors``).
+    """
+
+    name: str
+    description: str
+    encoder: str
+    """``module:Class`` of the encoder (``Class(model, device=..., query_max_length=..., ...)``)."""
+    sparse: bool
+    index_backend: str
+    vectors_of: str
+    aliases: frozenset[str] = frozenset()
+    """Model names known to be of this kind (a name not listed anywhere is taken as the first kind's)."""
+
+    def make(self, model: str, **settings: Any) -> Any:
+        module, _, name = self.encoder.partition(":")
+        return getattr(importlib.import_module(module), name)(model, **settings)
+
+    @property
+    def suffix(self) -> str:
+        return ".npz" if self.sparse else ".npy"
+
+    def save(self, handle: Any, matrix: Any) -> None:
+        import numpy as np
+        import scipy.sparse as sp
+
+        if self.sparse:
+            sp.save_npz(handle, matrix, compressed=False)
+        else:
+            np.save(handle, np.asarray(matrix, dtype=np.float32), allow_pickle=False)
+
+    def load(self, path: Any) -> Any:
+        import numpy as np
+        import scipy.sparse as sp
+
+        return sp.load_npz(path).tocsr() if self.sparse else np.load(path, allow_pickle=False)
+
+    def stack(self, blocks: list[Any]) -> Any:
+        import numpy as np
+        import scipy.sparse as sp
+
+        if self.sparse:
+            return sp.vstack(blocks, format="csr", dtype=np.float32)
+        return np.vstack(blocks).astype(np.float32, copy=False)
+
+    def rows(self, matrix: Any) -> Any:
+        """The vectors as a dense numpy array (one row per text)."""
+        return matrix.toarray() if self.sparse else matrix
+
+    def stored_vectors(self, index_dir: Any) -> tuple[Any, list[str]]:
+        """The passage vectors (one row per passage) and ids of an index of ``index_backend``."""
+        module, _, name = self.vectors_of.partition(":")
+        return getattr(importlib.import_module(module), name)(index_dir)
+
+
+ENCODER_KINDS: Registry[EncoderKindSpec] = Registry("encoder kind")
+ENCODER_KINDS.add(EncoderKindSpec(
+    "splade", "learned sparse vectors over the vocabulary (SPLADE)", "apcir.retrieval.encoder:SpladeEncoder",
+    sparse=True, index_backend="embedded", vectors_of="apcir.retrieval.embedded:passage_vectors"))
+ENCODER_KINDS.add(EncoderKindSpec(
+    "dense", "bi-encoder embeddings (ANCE, MiniLM, ...)", "apcir.retrieval.dense:DenseEncoder",
+    sparse=False, index_backend="dense", vectors_of="apcir.retrieval.dense:load_vectors",
+    aliases=frozenset({"minilm"})))
+
+
+def kind_of_model(model: str, kind: str | None = None) -> EncoderKindSpec:
+    """The encoder kind of ``model``: ``kind`` when given (an index records it), else the kind that lists the
+    model among its aliases, else the first kind (SPLADE)."""
+    if kind is not None:
+        return ENCODER_KINDS.get(kind)
+    return next((spec for spec in ENCODER_KINDS if model in spec.aliases), next(iter(ENCODER_KINDS)))
+
+
+@dataclass(frozen=True)
 class BackendSpec:
     name: str
     description: str
