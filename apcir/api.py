@@ -580,7 +580,7 @@ def export(run: Mapping[str, Mapping[str, float]], turns: PathLike | Sequence[Tu
     """An iKAT submission of ``run`` (with responses and PTKB provenance) in the topics' year's format, or
     ``format`` (``apcir formats`` lists them); ``settings`` are ``[export]``'s keys. Returns the file written."""
     from apcir.responses.ptkb import rank_statements, similarity_for
-    from apcir.submission.common import SubmissionInputs
+    from apcir.submission.common import USED_TOP, SubmissionInputs
     from apcir.submission.settings import ExportSettings
     from apcir.submission.stage import text_ids, write_submission
 
@@ -592,7 +592,7 @@ def export(run: Mapping[str, Mapping[str, float]], turns: PathLike | Sequence[Tu
     assert fmt is not None
     plain = {t: dict(h) for t, h in run.items()}
     records = dict(reformulations or {})
-    used_top = 5
+    used_top = USED_TOP
     wanted = text_ids(plain, responses, used_top)
     if passages is None:
         texts: dict[str, str] = {}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
@@ -91,6 +91,12 @@ def progress(description: str, total: int, enabled: bool = True) -> Iterator[Cal
     ) as bar:
         task = bar.add_task(description, total=total)
         yield lambda n: bar.advance(task, n)
+
+
+def shown(items: Iterable[object], limit: int = 10) -> str:
+    """The first ``limit`` items, comma-separated, with `` ...`` when there are more (for messages)."""
+    listed = [str(i) for i in items]
+    return ", ".join(listed[:limit]) + (" ..." if len(listed) > limit else "")
 
 
 def short_label(description: str, limit: int = 40) -> str:

@@ -9,13 +9,13 @@ from rich.markup import escape
 
 from apcir import datasets
 from apcir.cli.common import console, err_console, settings
-from apcir.contract.reformulations import load_reformulations
+from apcir.contract.reformulations import load_reformulations, reformulation_statements, warn_unknown_statements
 from apcir.contract.responses import load_responses
 from apcir.contract.runs import read_run_file, validate_run
 from apcir.errors import ApcirError
 from apcir.io import check_writable, iter_lines, refuse_inputs_as_outputs
-from apcir.responses.ptkb import load_ptkb_run, reformulation_statements, warn_unknown_statements
-from apcir.submission.common import CLUEWEB_ID, SubmissionInputs
+from apcir.responses.ptkb import load_ptkb_run
+from apcir.submission.common import CLUEWEB_ID, USED_TOP, SubmissionInputs
 from apcir.submission.formats import FORMATS, format_for_year
 from apcir.submission.settings import ExportSettings
 from apcir.submission.stage import text_ids, validate_submission, write_submission
@@ -65,7 +65,7 @@ def export_command(
     refuse_inputs_as_outputs([out], [run, topics, responses, ptkb_run, reformulations, collection])
     run_file = read_run_file(run)
     turns = datasets.topics(topics)
-    used_top = 5
+    used_top = USED_TOP
     answers = load_responses(responses) if responses else None
     passages = (datasets.passage_texts(datasets.collection_path(collection), text_ids(run_file.run, answers, used_top))
                 if collection else {})

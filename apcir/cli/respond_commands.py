@@ -8,7 +8,7 @@ import typer
 
 from apcir import datasets
 from apcir.cli.common import console, print_batch_summary, print_json, settings
-from apcir.contract.reformulations import load_reformulations
+from apcir.contract.reformulations import load_reformulations, reformulation_statements, warn_unknown_statements
 from apcir.contract.runs import read_run_file
 from apcir.errors import ApcirError
 from apcir.io import check_writable, refuse_inputs_as_outputs
@@ -20,8 +20,6 @@ from apcir.responses.ptkb import (
     load_ptkb_run,
     rank_by,
     rank_statements,
-    reformulation_statements,
-    warn_unknown_statements,
     write_ptkb_run,
 )
 from apcir.responses.registry import usage_help

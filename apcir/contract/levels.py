@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from apcir.console import shown
 from apcir.contract.reformulations import LEVELS, load_reformulations
 from apcir.errors import ApcirError
 from apcir.ids import canonical_turn_id
@@ -30,9 +31,9 @@ def _from_reformulations(path: Path) -> dict[str, str]:
     records = load_reformulations(path)
     failed = sorted(t for t, r in records.items() if r.output is None)
     if failed:
-        shown = ", ".join(failed[:10]) + (" ..." if len(failed) > 10 else "")
+        listed = shown(failed)
         raise ApcirError(
-            f"{len(failed)} turn(s) have a failed reformulation and no level: {shown}", path=path
+            f"{len(failed)} turn(s) have a failed reformulation and no level: {listed}", path=path
         )
     if not records:
         raise ApcirError("no reformulation records", path=path)
@@ -84,8 +85,8 @@ def check_levels(levels: dict[str, str], turns: list[str], *, what: str = "the r
     """Every turn of ``turns`` must have a level; the error names the missing ones."""
     missing = sorted(t for t in turns if t not in levels)
     if missing:
-        shown = ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")
+        listed = shown(missing)
         raise ApcirError(
-            f"{len(missing)} turn(s) of {what} have no level in the levels file: {shown} "
+            f"{len(missing)} turn(s) of {what} have no level in the levels file: {listed} "
             "(add them, or pass --missing-level a|b|c to give them one)"
         )

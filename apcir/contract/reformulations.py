@@ -8,7 +8,7 @@ the reformulations JSONL: that output plus where it came from and what it cost.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal, TypeVar
 
@@ -140,3 +140,23 @@ def with_fallbacks(records: Mapping[str, ReformulationRecord], turns: Iterable[T
 def levels_of(records: Mapping[str, ReformulationRecord]) -> dict[str, str]:
     """``turn_id -> level`` of every record with an output."""
     return {t: r.output.level for t, r in records.items() if r.output is not None}
+
+
+def warn_unknown_statements(turns: Sequence[Turn], named: Mapping[str, Sequence[str]], source: str) -> int:
+    """Warn, with the turn and the id, about statement ids in ``named`` (turn id -> ids, from ``source``) that
+    the turn's profile lacks; they are never used or exported. Returns how many there were."""
+    from apcir.console import warn
+
+    profile = {t.turn_id: t.ptkb for t in turns}
+    unknown = [(turn_id, str(sid).strip()) for turn_id, ids in named.items() if turn_id in profile
+               for sid in ids if str(sid).strip() not in profile[turn_id]]
+    if unknown:
+        shown = ", ".join(f"turn {t}: {sid}" for t, sid in unknown[:5]) + (" ..." if len(unknown) > 5 else "")
+        warn(f"{source}: {len(unknown)} PTKB statement id(s) that the turn's profile lacks ({shown}); ignored, "
+             "never exported")
+    return len(unknown)
+
+
+def reformulation_statements(records: Mapping[str, ReformulationRecord]) -> dict[str, list[str]]:
+    """The ``ptkb_used`` of every reformulation with an output, by turn."""
+    return {t: list(r.output.ptkb_used) for t, r in records.items() if r.output is not None}

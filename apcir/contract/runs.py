@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from apcir.console import shown
 from apcir.contract.records import Run
 from apcir.errors import ApcirError
 from apcir.ids import canonical_turn_id
@@ -156,8 +157,8 @@ def validate_run(run_file: RunFile, known_turns: set[str] | None = None) -> list
     if known_turns is not None:
         unknown = sorted(set(run_file.run) - known_turns)
         if unknown:
-            shown = ", ".join(unknown[:10]) + (" ..." if len(unknown) > 10 else "")
-            problems.append(f"{len(unknown)} turn(s) not in the topics: {shown}")
+            listed = shown(unknown)
+            problems.append(f"{len(unknown)} turn(s) not in the topics: {listed}")
     return problems
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from apcir.console import warn
+from apcir.console import shown, warn
 from apcir.contract.records import HistoryEntry, Turn
 from apcir.errors import ApcirError
 from apcir.ids import make_turn_id
@@ -50,15 +50,12 @@ def load_topics(path: Path) -> list[Turn]:
         raise ApcirError(f"no conversation has a turn ({len(data)} conversation(s), every 'turns' / 'responses' list "
                          "is empty): nothing to work on", path=path)
     if without_turns:
-        warn(f"{path}: {len(without_turns)} conversation(s) have no turns and are skipped: {_shown(without_turns)}")
+        warn(f"{path}: {len(without_turns)} conversation(s) have no turns and are skipped: {shown(without_turns)}")
     empty = [t.turn_id for t in turns if not t.utterance.strip()]
     if empty:
-        warn(f"{path}: {len(empty)} turn(s) have an empty utterance: {_shown(empty)}")
+        warn(f"{path}: {len(empty)} turn(s) have an empty utterance: {shown(empty)}")
     return turns
 
-
-def _shown(items: list[str]) -> str:
-    return ", ".join(items[:10]) + (" ..." if len(items) > 10 else "")
 
 
 def _conversation_turns(conv: Any, index: int, path: Path) -> tuple[str, list[Turn]]:
@@ -98,7 +95,7 @@ def _conversation_turns(conv: Any, index: int, path: Path) -> tuple[str, list[Tu
         history = [*history, HistoryEntry(turn_id=turn.turn_id, utterance=turn.utterance, response=turn.response)]
     blank = [sid for sid, statement in ptkb.items() if not statement.strip()]
     if blank and turns:
-        warn(f"{path}: conversation {conv_id}: {len(blank)} PTKB statement(s) are empty: {_shown(blank)}")
+        warn(f"{path}: conversation {conv_id}: {len(blank)} PTKB statement(s) are empty: {shown(blank)}")
     return conv_id, turns
 
 

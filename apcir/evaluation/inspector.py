@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from apcir import datasets
 from apcir.contract.reformulations import LIST_NAMES, load_reformulations
 from apcir.contract.responses import load_responses
 from apcir.contract.runs import load_run, ranking
+from apcir.contract.stage import Stage, StageContext, StageResult, an_output
 from apcir.errors import ApcirError
 from apcir.evaluation.results import read_metrics
 from apcir.io import read_json, write_text
@@ -161,3 +163,26 @@ def _escape(text: str) -> str:
 
 
 PAGE = Path(__file__).with_name("inspector.html").read_text(encoding="utf-8")
+
+
+@dataclass
+class InspectStage(Stage):
+    """``inspect.html``: the run inspector of one run directory, redone when the files it shows change."""
+
+    files: list[Path]
+    template: Path
+    run_dir: Path = an_output()
+    out: Path = an_output()
+
+    @property
+    def name(self) -> str:
+        return "inspect"
+
+    def outputs(self) -> list[Path]:
+        return [self.out]
+
+    def run(self, context: StageContext) -> StageResult:
+        return StageResult(str(write_inspector([self.run_dir], self.out)))
+
+
+TEMPLATE = Path(__file__).with_name("inspector.html")

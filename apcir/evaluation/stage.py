@@ -7,8 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
 
 from apcir.contract.records import Qrels, Run, Turn
+from apcir.contract.stage import Stage, StageContext, StageResult, an_output, not_an_input
 from apcir.errors import ApcirError
 from apcir.evaluation.results import PtkbMetrics, RerankerInfo, RunMetrics, SystemResult, TurnInfo
 from apcir.evaluation.settings import EvaluationSettings
@@ -160,3 +163,73 @@ def compare_runs(
     tests = compare_with({label: e.per_turn for label, e in evaluations.items()}, base, names, settings) \
         if len(runs) > 1 else []
     return RunComparison(evaluations, base, tests, names, settings)
+
+
+@dataclass
+class EvaluateStage(Stage):
+    """``metrics.json``: every system's trec_eval numbers, the responses' measures and the PTKB rankings'."""
+
+    code: ClassVar[tuple[str, ...]] = ("apcir.evaluation.responses", "apcir.evaluation.judge")
+    experiment: str
+    topics_name: str
+    topics: Path
+    turns: list[Turn]
+    systems: dict[str, Path]
+    fusion_record: Path
+    levels: Path
+    qrels: Path
+    evaluation: EvaluationSettings
+    responses: Path
+    ptkb_runs: dict[str, Path] | None
+    ptkb_qrels: Path | None
+    retrieval: dict[str, str | None]
+    """The backend and its encoder (the report's grid rows)."""
+    reranked: dict[str, tuple[str, str]]
+    """Each re-ranked system: (the system it re-ranks, its re-ranker's key)."""
+    rerankers: dict[str, RerankerInfo]
+    out: Path = an_output()
+    metrics: RunMetrics | None = not_an_input(None)
+    """Set by :meth:`run`."""
+
+    @property
+    def name(self) -> str:
+        return "evaluate"
+
+    def outputs(self) -> list[Path]:
+        return [self.out]
+
+    def run(self, context: StageContext) -> StageResult:
+        from apcir import datasets
+        from apcir.contract.fusion import load_fusion_record
+        from apcir.contract.levels import load_levels
+        from apcir.contract.responses import load_responses
+        from apcir.contract.runs import load_run
+        from apcir.evaluation.responses import evaluate_responses
+        from apcir.evaluation.results import write_metrics
+
+        settings = self.evaluation
+        qrels_name = str(settings.qrels)
+        fusion = load_fusion_record(self.fusion_record)
+        levels = load_levels(self.levels)
+        qrels = datasets.qrels(self.qrels)
+        metrics = evaluate_systems(
+            {name: context.read_run(path) for name, path in self.systems.items()}, qrels, self.turns, levels,
+            settings, name=self.experiment, topics=self.topics_name, protocol=fusion.protocol,
+            tuned_on_test=fusion.tuned_on_test, reranked=self.reranked, rerankers=self.rerankers,
+            backend=self.retrieval.get("backend"), encoder=self.retrieval.get("encoder"))
+        judge = settings.judge
+        metrics.responses = evaluate_responses(
+            load_responses(self.responses), self.turns, topics=self.topics_name, qrels=qrels, qrels_name=qrels_name,
+            rel_threshold=settings.rel_threshold, levels=levels, judge_model=judge.model, judge_settings=judge)
+        unjudged = False
+        if metrics.responses.judge is not None:
+            context.counts.llm_requests += metrics.responses.judge.requests
+            unjudged = bool(metrics.responses.judge.unjudged)
+        if self.ptkb_qrels is not None and self.ptkb_runs is not None:
+            metrics.ptkb = evaluate_ptkb({name: load_run(path) for name, path in self.ptkb_runs.items()},
+                                         datasets.qrels(self.ptkb_qrels), str(settings.ptkb_qrels),
+                                         settings.ptkb_measures)
+        write_metrics(metrics, self.out.parent)
+        self.metrics = metrics
+        # unjudged turns: the next run asks the judge again (answers it already gave come from the cache)
+        return StageResult(f"{len(self.systems)} systems on {qrels_name}", unfinished=unjudged)

@@ -26,6 +26,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from apcir import datasets
+from apcir.console import shown
 from apcir.errors import ApcirError
 from apcir.evaluation.settings import EvaluationSettings
 from apcir.fusion.settings import FusionSettings
@@ -118,10 +119,10 @@ class ExperimentConfig(BaseModel):
             raise ValueError(f"fusion.weights: {exc}") from None
         lacking = sorted({t.conversation_id for t in turns} - {t.conversation_id for t in turns if t.turn_id in fields})
         if lacking:
-            shown = ", ".join(lacking[:8]) + (" ..." if len(lacking) > 8 else "")
+            listed = shown(lacking, 8)
             which = "fusion.weights.tune_method" if weights.tune_method else "reformulator.method"
             raise ValueError(f"{which} {tuner!r} holds no turn of {len(lacking)} of the {weights.tune_topics} "
-                             f"topics the weights are tuned on ({shown}); give the tuning leg its own rewrites with "
+                             f"topics the weights are tuned on ({listed}); give the tuning leg its own rewrites with "
                              "fusion.weights.tune_method = \"file:...\" (or another reformulator)")
         return self
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from apcir.console import shown
 from apcir.contract.records import Run
 from apcir.contract.runs import trec_order
 from apcir.contract.weights import WeightsFile
@@ -45,12 +46,12 @@ class RunAlignment:
             f"{t} (not in {', '.join(label(i) for i in idx)})"
             for t, idx in sorted(self.missing.items())
         ]
-        shown = "; ".join(parts[:10]) + (" ..." if len(parts) > 10 else "")
+        listed = "; ".join(parts[:10]) + (" ..." if len(parts) > 10 else "")
         if strict:
-            return f"{len(self.missing)} turn(s) are missing from some runs (--strict refuses that): {shown}"
+            return f"{len(self.missing)} turn(s) are missing from some runs (--strict refuses that): {listed}"
         return (
             f"{len(self.missing)} turn(s) are missing from some runs and are fused with that list empty "
-            f"(it contributes 0): {shown}"
+            f"(it contributes 0): {listed}"
         )
 
 
@@ -124,8 +125,8 @@ def fuse_per_turn(
     alignment = align_runs(runs, strict=strict)
     missing = [t for t in alignment.turns if t not in turn_weights]
     if missing:
-        shown = ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")
-        raise ApcirError(f"{len(missing)} turn(s) have no weights: {shown}")
+        listed = shown(missing)
+        raise ApcirError(f"{len(missing)} turn(s) have no weights: {listed}")
     fused: Run = {}
     for turn in alignment.turns:
         ids, matrix = turn_matrix(runs, turn, norm)
@@ -177,9 +178,9 @@ def fuse_linear(
             )
         turn_weights[turn] = table[level]
     if no_level:
-        shown = ", ".join(no_level[:10]) + (" ..." if len(no_level) > 10 else "")
+        listed = shown(no_level)
         raise ApcirError(
-            f"{len(no_level)} turn(s) of the runs have no level: {shown} (add them to the levels file, "
+            f"{len(no_level)} turn(s) of the runs have no level: {listed} (add them to the levels file, "
             "or give them one with --missing-level)"
         )
     return fuse_per_turn(runs, turn_weights, norm=norm, depth=depth)

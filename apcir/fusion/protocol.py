@@ -29,7 +29,7 @@ from apcir.errors import ApcirError
 from apcir.fusion.grid import GridSearch
 from apcir.fusion.linear import fuse_linear, fuse_per_turn
 from apcir.fusion.settings import TuningSettings
-from apcir.fusion.systems import SYSTEMS
+from apcir.fusion.systems import PRIMARY, SYSTEMS
 from apcir.fusion.tuning import (
     cross_validate,
     objective_measures,
@@ -152,14 +152,14 @@ def tuned_systems(
     missing_level: str | None = "a",
 ) -> TunedSystems:
     """The runs of the tuned systems among ``names`` (``apcir`` always) under one protocol; see the module doc."""
-    wanted = [n for n in names if SYSTEMS.get(n).kind == "tuned" and n != "apcir"]
+    wanted = [n for n in names if SYSTEMS.get(n).kind == "tuned" and n != PRIMARY]
     if source == "cv":
         return _cross_validated(target, wanted, settings=settings, norm=norm, depth=depth, rel_threshold=rel_threshold,
                                 folds=folds, seed=seed, missing_level=missing_level)
-    if not given or "apcir" not in given:
+    if not given or PRIMARY not in given:
         raise ApcirError(f"weights source {source!r} needs a weights file")
-    weights = given["apcir"]
-    runs = {"apcir": fuse_linear(target.lists, target.levels, weights, norm, depth, missing_level=missing_level)}
+    weights = given[PRIMARY]
+    runs = {PRIMARY: fuse_linear(target.lists, target.levels, weights, norm, depth, missing_level=missing_level)}
     for name in wanted:
         variant = SYSTEMS.get(name).variant
         assert variant is not None
@@ -174,8 +174,8 @@ def tuned_systems(
         evaluated = {t: target.qrels[t] for t in target.levels if t in target.qrels}
         overlap = tuned_on_overlap(weights, evaluated)
     label = protocol + (" (tuning turns unknown)" if overlap is None and target.qrels is not None else "")
-    return TunedSystems(runs, runs["apcir"], weights, protocol=label, tuned_on_test=bool(overlap), overlap=overlap,
-                        turn_weights=_turn_weights(runs["apcir"], target.levels, weights, missing_level))
+    return TunedSystems(runs, runs[PRIMARY], weights, protocol=label, tuned_on_test=bool(overlap), overlap=overlap,
+                        turn_weights=_turn_weights(runs[PRIMARY], target.levels, weights, missing_level))
 
 
 def _turn_weights(run: Run, levels: Mapping[str, str], weights: WeightsFile,
@@ -200,14 +200,14 @@ def _cross_validated(
                               "norm": norm, "depth": depth, "rel_threshold": rel_threshold,
                               "missing_level": missing_level, "search": search, "min_turns": settings.min_turns}
     cv = cross_validate(target.lists, target.levels, target.qrels, **common)
-    runs = {"apcir": cv.run}
+    runs = {PRIMARY: cv.run}
     for name in wanted:
         variant = SYSTEMS.get(name).variant
         assert variant is not None
         levels = dict.fromkeys(target.levels, "a") if variant.pooled else target.levels
         runs[name] = cross_validate(target.lists, levels, target.qrels, constraint=variant.constraint, **common).run
-    weights = tune_variants(target, settings, ["apcir"], norm=norm, depth=depth, rel_threshold=rel_threshold,
-                            missing_level=missing_level, search=search)["apcir"]
+    weights = tune_variants(target, settings, [PRIMARY], norm=norm, depth=depth, rel_threshold=rel_threshold,
+                            missing_level=missing_level, search=search)[PRIMARY]
     submission = fuse_linear(target.lists, target.levels, weights, norm, depth, missing_level=missing_level)
     turn_weights: dict[str, tuple[float, ...]] = {}
     for fold in cv.folds:

@@ -37,6 +37,10 @@ class WeightsSettings(TuningSettings):
     folds: int = Field(5, ge=2, description="source = cv: folds, by conversation")
     seed: int = Field(0, ge=0, description="fold assignment (cv) and the random baseline")
 
+    def search_settings(self) -> TuningSettings:
+        """What the grid search reads (step, objective, min_turns), without where the weights come from."""
+        return TuningSettings.model_validate(self.model_dump(include=set(TuningSettings.model_fields)))
+
     @model_validator(mode="before")
     @classmethod
     def _tune_method_was_tune_llm(cls, data: Any) -> Any:
@@ -76,9 +80,9 @@ class FusionSettings(BaseModel):
     @classmethod
     def _known_systems(cls, value: bool | list[str]) -> bool | list[str]:
         if isinstance(value, list):
-            from apcir.fusion.systems import SYSTEMS
+            from apcir.fusion.systems import PRIMARY, SYSTEMS
 
-            unknown = [name for name in value if name not in SYSTEMS or name == "apcir"]
+            unknown = [name for name in value if name not in SYSTEMS or name == PRIMARY]
             if unknown:
                 raise ValueError(f"unknown baseline(s) {unknown}: expected some of "
                                  f"{', '.join(n for n in SYSTEMS.names() if n != 'apcir')}")
@@ -86,10 +90,10 @@ class FusionSettings(BaseModel):
 
     def baseline_names(self) -> list[str]:
         """The systems compared with APCIR, in the registry's order."""
-        from apcir.fusion.systems import SYSTEMS
+        from apcir.fusion.systems import PRIMARY, SYSTEMS
 
         if self.baselines is True:
-            return [name for name in SYSTEMS.names() if name != "apcir"]
+            return [name for name in SYSTEMS.names() if name != PRIMARY]
         if self.baselines is False:
             return []
         wanted = set(self.baselines)

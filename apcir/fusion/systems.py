@@ -93,6 +93,8 @@ class SystemSpec:
     description: str
     kind: Literal["tuned", "fixed", "retrieved", "representation"]
     build: Callable[[SystemInputs], Run] | None = None
+    reformulator: str | None = None
+    """A ``retrieved`` system: the reformulator whose rewrites it searches (``manual``)."""
     variant: Variant | None = None
     needs: tuple[tuple[str, ...], ...] = ()
     """Inputs a fixed system cannot do without: any one of these groups of ``SystemInputs`` fields."""
@@ -128,10 +130,12 @@ def _deps(x: SystemInputs) -> Run:
 
 
 SYSTEMS: Registry[SystemSpec] = Registry("system")
-SYSTEMS.add(SystemSpec("apcir", "APCIR", ("overall", "weights", "fusion"),
+PRIMARY = "apcir"
+"""The system every other is compared with and whose run is submitted: APCIR's level-aware fusion."""
+SYSTEMS.add(SystemSpec(PRIMARY, "APCIR", ("overall", "weights", "fusion"),
                        "personalisation-aware linear fusion, weights per level", "tuned", variant=Variant()))
 SYSTEMS.add(SystemSpec("manual", "Manual rewrite (HumanQR)", ("overall",),
-                       "the annotators' rewrite, retrieved alone", "retrieved"))
+                       "the annotators' rewrite, retrieved alone", "retrieved", reformulator="manual"))
 for _index, _name in enumerate(LIST_NAMES):
     _labels = {"rewrite": ("q' alone", "the non-personalised rewrite, retrieved alone"),
                "rewrite_response": ("q'+r' alone", "rewrite plus pseudo-response alone"),
@@ -165,6 +169,16 @@ SYSTEMS.add(SystemSpec("qr-fusion", "Query representation fusion", ("fusion",),
 
 def tuned_names(names: Sequence[str]) -> list[str]:
     return [n for n in names if SYSTEMS.get(n).kind == "tuned"]
+
+
+def of_kind(names: Sequence[str], kind: str) -> list[str]:
+    """The systems among ``names`` of one kind (tuned, fixed, retrieved, representation)."""
+    return [n for n in names if SYSTEMS.get(n).kind == kind]
+
+
+def needed_inputs(names: Sequence[str]) -> set[str]:
+    """Every ``SystemInputs`` field some system among ``names`` may need (entropy's encoder, DEPS's vectors)."""
+    return {need for n in names for group in SYSTEMS.get(n).needs for need in group}
 
 
 def deps_passage_ids(lists: Sequence[Run], top: int = 10) -> set[str]:

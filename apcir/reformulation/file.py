@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from apcir.console import shown
 from apcir.contract.records import Turn
 from apcir.contract.reformulations import LEVELS, ReformulationOutput, ReformulationRecord
 from apcir.errors import ApcirError
@@ -96,8 +97,8 @@ def file_records(
     known = {t.turn_id for t in turns}
     extra = sorted(t for t in fields if t not in known)
     if extra:
-        shown = ", ".join(extra[:10]) + (" ..." if len(extra) > 10 else "")
-        warnings.append(f"{len(extra)} turn(s) of {path} are not among the turns asked for, ignored: {shown}")
+        listed = shown(extra)
+        warnings.append(f"{len(extra)} turn(s) of {path} are not among the turns asked for, ignored: {listed}")
     return [_record(turn, fields.get(turn.turn_id), llm, fallback) for turn in turns], warnings
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from apcir.console import warn
+from apcir.console import shown, warn
 from apcir.contract.records import Turn
 from apcir.contract.reformulations import ReformulationRecord
 from apcir.llm.accounting import Accounting
@@ -54,8 +54,8 @@ def _from_file(turns: Sequence[Turn], options: ReformulatorOptions, emit: Emit, 
         warn(message)
     missing = [r.turn_id for r in records if r.status == "failed"]
     if missing:
-        shown = ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")
-        warn(f"{len(missing)} turn(s) have no usable reformulation in {options.method[len(FILE_PREFIX):]}: {shown}")
+        listed = shown(missing)
+        warn(f"{len(missing)} turn(s) have no usable reformulation in {options.method[len(FILE_PREFIX):]}: {listed}")
     filled = [r for r in records if any(n.startswith("no level") for n in r.notes)]
     if filled:
         warn(f"{len(filled)} turn(s) have no level in the file; levels from the fallback "

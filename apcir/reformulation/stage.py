@@ -16,14 +16,24 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field
 
+from apcir.console import shown, warn
 from apcir.contract.records import Turn
-from apcir.contract.reformulations import LEVELS, ReformulationRecord
+from apcir.contract.reformulations import (
+    LEVELS,
+    ReformulationRecord,
+    load_reformulations,
+    reformulation_statements,
+    warn_unknown_statements,
+    with_fallbacks,
+)
+from apcir.contract.stage import Stage, StageContext, StageResult, an_output
 from apcir.errors import ApcirError
 from apcir.io import RecordAppender, exclusive, read_record_log, write_json
 from apcir.llm.accounting import Accounting
@@ -190,3 +200,44 @@ def _summary(
     )
     write_json(summary_path_for(out), summary.model_dump(), indent=2)
     return summary
+
+
+@dataclass
+class ReformulateStage(Stage):
+    """``apcir run``'s reformulation stage (and its tuning and manual legs): ``reformulations.jsonl``."""
+
+    label: str
+    turns: list[Turn]
+    options: ReformulatorOptions
+    identity: dict[str, Any]
+    """The reformulator's own identity (for ``file:PATH``, the file's content): :func:`stage_identity`."""
+    out: Path = an_output()
+
+    @classmethod
+    def of(cls, label: str, turns: list[Turn], options: ReformulatorOptions, out: Path) -> ReformulateStage:
+        return cls(label, turns, options, stage_identity(turns, options), out)
+
+    @property
+    def name(self) -> str:
+        return self.label
+
+    def outputs(self) -> list[Path]:
+        return [self.out]
+
+    def run(self, context: StageContext) -> StageResult:
+        summary = reformulate(self.turns, self.options, self.out, progress=context.progress, redo_stale=True)
+        context.counts.llm_requests += summary.requests
+        context.counts.failed_turns.extend(summary.failed_turns)
+        return StageResult(f"{summary.ok} turns ok, {summary.failed} failed, {summary.requests} LLM requests, "
+                           f"{summary.cache_hits} cache hits", unfinished=bool(summary.failed_turns))
+
+    def records(self) -> dict[str, ReformulationRecord]:
+        """Records for every turn, after the stage ran: failed or missing ones searched with their utterance at
+        level a (said in a warning), statement ids the profile lacks warned about."""
+        records = with_fallbacks(load_reformulations(self.out), self.turns)
+        warn_unknown_statements(self.turns, reformulation_statements(records), f"{self.label} ({self.out.name})")
+        fallen = sorted(t for t, r in records.items() if r.status == "failed")
+        if fallen:
+            warn(f"{len(fallen)} turn(s) have no reformulation ({self.label}) and are searched with their raw "
+                 f"utterance at level a: {shown(fallen)}")
+        return records

@@ -24,17 +24,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from apcir.console import warn
+from apcir.console import shown, warn
 from apcir.contract.records import Run
 from apcir.contract.reformulations import QueryInput, ReformulationRecord
 from apcir.contract.runs import ranking
+from apcir.contract.stage import Stage, StageContext, StageResult, an_output, not_an_input
 from apcir.datasets import collection_path
 from apcir.errors import ApcirError
+from apcir.fusion.systems import SYSTEMS
 from apcir.reranking.base import Candidates, Ranked, Reranker, RerankStats
 from apcir.reranking.registry import RERANKERS
 from apcir.reranking.settings import RerankSettings
@@ -173,8 +176,8 @@ def rerank_run(
         warn(f"{summary.missing_passages} passage(s) to re-rank are not in the collection (e.g. "
              f"{summary.missing_example}); they keep their place")
     if summary.turns_without_query:
-        shown = ", ".join(summary.turns_without_query[:10]) + (" ..." if len(summary.turns_without_query) > 10 else "")
-        warn(f"{len(summary.turns_without_query)} turn(s) of the run have no query and keep their order: {shown}")
+        listed = shown(summary.turns_without_query)
+        warn(f"{len(summary.turns_without_query)} turn(s) of the run have no query and keep their order: {listed}")
     reranker = reranker or load_reranker(settings)
     ranked, stats = reranker.rank(candidates, progress=progress)
     _add_stats(summary, stats)
@@ -252,3 +255,68 @@ def _fill_between(values: list[float | None]) -> list[float]:
                 out[i + offset] = float(gap - offset)
         i = j
     return [float(v) for v in out]
+
+
+@dataclass
+class RerankStage(Stage):
+    """One ``[[rerank]]`` entry of ``apcir run``: its systems (and, with ``submit``, the fused run) re-ranked."""
+
+    key: str
+    settings: RerankSettings
+    model: Path | str
+    """A local model folder stands for its content."""
+    runs: dict[str, Path]
+    """Each re-ranked run (``<system>+<key>``) by the run it re-ranks."""
+    bases: dict[str, str]
+    """Each re-ranked run's base system (``manual`` ones are asked with the manual rewrites)."""
+    reformulations: Path
+    manual: Path | None
+    passages: Path
+    experiment: str
+    outs: dict[str, Path] = an_output()
+    records: dict[str, ReformulationRecord] = not_an_input()
+    manual_records: dict[str, ReformulationRecord] = not_an_input()
+
+    @property
+    def name(self) -> str:
+        return f"rerank:{self.key}"
+
+    def outputs(self) -> list[Path]:
+        return list(self.outs.values())
+
+    def run(self, context: StageContext) -> StageResult:
+        runs = {target: context.read_run(path) for target, path in self.runs.items()}
+        needed = set().union(*(candidate_ids(r, self.settings.depth) for r in runs.values())) if runs else set()
+        store = context.passage_texts()
+        if store is None:
+            raise ApcirError("re-ranking needs the passage texts: set retrieval.passages or retrieval.collection")
+        texts = store.texts(needed)
+        queries = record_queries(self.records, self.settings.field)
+        manual_queries = record_queries(self.manual_records, self.settings.field) if self.manual_records else {}
+        reranker = load_reranker(self.settings)
+        spec = RERANKERS.get(self.settings.reranker)
+        done: list[str] = []
+        failed: list[str] = []
+        requests = passages = windows = hits = 0
+        for target, run in runs.items():
+            base = self.bases[target]
+            own = SYSTEMS.get(base).reformulator if base in SYSTEMS else None  # a system of its own rewrites
+            chosen = manual_queries if own else queries
+            result, summary = rerank_run(run, chosen, texts, self.settings, reranker=reranker,
+                                         progress=context.progress)
+            context.write_run(result, self.outs[target], f"{self.experiment}-{target}", None)
+            requests += summary.requests
+            passages += summary.passages_reranked
+            windows += summary.windows
+            hits += summary.cache_hits
+            failed.extend(f"{target}:{w}" for w in summary.failed)
+            done.append(target)
+        context.counts.llm_requests += requests
+        context.counts.failed_windows.extend(failed)
+        detail = (f"{', '.join(done)} by {self.settings.reranker} ({self.settings.model_name}), depth "
+                  f"{self.settings.depth}; {passages} passages")
+        if spec.kind == "listwise":
+            detail += f", {windows} windows: {requests} LLM requests, {hits} answers from the cache"
+        if failed:
+            detail += f", {len(failed)} windows failed (order kept)"
+        return StageResult(detail, unfinished=bool(failed))

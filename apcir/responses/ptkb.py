@@ -27,19 +27,17 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
-from apcir.console import warn
+from apcir.console import shown, warn
 from apcir.contract.records import Run, Turn
 from apcir.contract.reformulations import ReformulationRecord
 from apcir.contract.runs import load_run, ranking, write_run
 from apcir.errors import ApcirError
+from apcir.registry import Registry
 from apcir.responses.text import bm25_scores
 
 # turn id -> [(statement id, score)], best first
 PtkbRanking = dict[str, list[tuple[str, float]]]
-Method = Literal["apcir", "heuristic", "profile"]
-METHODS: tuple[Method, ...] = ("apcir", "heuristic", "profile")
 BM25 = "bm25"
 
 # (query, statement texts) of each turn -> similarities of the statements, in the same order
@@ -65,24 +63,6 @@ def statements_used(turn: Turn, record: ReformulationRecord | None) -> list[str]
         if key in turn.ptkb and key not in used:
             used.append(key)
     return used
-
-
-def warn_unknown_statements(turns: Sequence[Turn], named: Mapping[str, Sequence[str]], source: str) -> int:
-    """Warn, with the turn and the id, about statement ids in ``named`` (turn id -> ids, from ``source``) that
-    the turn's profile lacks; they are never used or exported. Returns how many there were."""
-    profile = {t.turn_id: t.ptkb for t in turns}
-    unknown = [(turn_id, str(sid).strip()) for turn_id, ids in named.items() if turn_id in profile
-               for sid in ids if str(sid).strip() not in profile[turn_id]]
-    if unknown:
-        shown = ", ".join(f"turn {t}: {sid}" for t, sid in unknown[:5]) + (" ..." if len(unknown) > 5 else "")
-        warn(f"{source}: {len(unknown)} PTKB statement id(s) that the turn's profile lacks ({shown}); ignored, "
-             "never exported")
-    return len(unknown)
-
-
-def reformulation_statements(records: Mapping[str, ReformulationRecord]) -> dict[str, list[str]]:
-    """The ``ptkb_used`` of every reformulation with an output, by turn."""
-    return {t: list(r.output.ptkb_used) for t, r in records.items() if r.output is not None}
 
 
 @dataclass(frozen=True)
@@ -136,9 +116,9 @@ def _scored(order: list[str]) -> list[tuple[str, float]]:
 def _warn_empty(turns: Sequence[Turn]) -> None:
     empty = [t.turn_id for t in turns if not t.ptkb]
     if empty:
-        shown = ", ".join(empty[:10]) + (" ..." if len(empty) > 10 else "")
+        listed = shown(empty)
         warn(f"{len(empty)} turn(s) have a profile with no statements, so no PTKB ranking and no PTKB provenance: "
-             f"{shown}")
+             f"{listed}")
 
 
 def _warn_uncovered(turns: Sequence[Turn], records: Mapping[str, ReformulationRecord]) -> None:
@@ -220,13 +200,37 @@ def load_ptkb_run(path: Path, turns: Sequence[Turn] | None = None) -> PtkbRankin
     return ranked
 
 
-def rank_by(method: Method, turns: Sequence[Turn], records: Mapping[str, ReformulationRecord] | None = None,
-            encoder: str | None = None, kind: str | None = None) -> tuple[PtkbRanking, str]:
-    """The ranking ``method`` names, and a description of how it was made."""
-    if method == "profile":
-        return profile_order(turns), "profile order"
-    if method == "heuristic":
-        return heuristic_order(turns), "the heuristic reformulator's tf-idf order"
+@dataclass(frozen=True)
+class PtkbMethod:
+    """A way of ranking a turn's PTKB statements (``apcir rank-ptkb --method``)."""
+
+    name: str
+    description: str
+    rank: Callable[[Sequence[Turn], Mapping[str, ReformulationRecord] | None, str | None, str | None],
+                   tuple[PtkbRanking, str]]
+    reference: bool = False
+    """A reference order ``apcir run`` writes (``ptkb/<name>.run``) and evaluates beside apcir's own."""
+
+
+def _by_similarity(turns: Sequence[Turn], records: Mapping[str, ReformulationRecord] | None, encoder: str | None,
+                   kind: str | None) -> tuple[PtkbRanking, str]:
     spec = similarity_for(encoder, kind)
     used = "the reformulation's ptkb_used first, then " if records else ""
     return rank_statements(turns, records or {}, spec), f"{used}similarity ({spec.name}) to the personalised rewrite"
+
+
+PTKB_METHODS: Registry[PtkbMethod] = Registry("PTKB ranking method")
+PTKB_METHODS.add(PtkbMethod("apcir", "the statements the reformulation used first, then by similarity",
+                            _by_similarity))
+PTKB_METHODS.add(PtkbMethod("heuristic", "the heuristic reformulator's tf-idf order",
+                            lambda turns, *_: (heuristic_order(turns), "the heuristic reformulator's tf-idf order"),
+                            reference=True))
+PTKB_METHODS.add(PtkbMethod("profile", "the profile's own order",
+                            lambda turns, *_: (profile_order(turns), "profile order"), reference=True))
+METHODS: tuple[str, ...] = PTKB_METHODS.names()
+
+
+def rank_by(method: str, turns: Sequence[Turn], records: Mapping[str, ReformulationRecord] | None = None,
+            encoder: str | None = None, kind: str | None = None) -> tuple[PtkbRanking, str]:
+    """The ranking ``method`` names, and a description of how it was made."""
+    return PTKB_METHODS.get(method).rank(turns, records, encoder, kind)

@@ -19,11 +19,16 @@ raw answer. Nothing is dropped silently.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from apcir.console import shown, warn
+from apcir.contract.records import Turn
+from apcir.contract.reformulations import ReformulationRecord
 from apcir.contract.responses import ResponseRecord
+from apcir.contract.stage import Stage, StageContext, StageResult, an_output, not_an_input
 from apcir.io import RecordAppender, exclusive, read_record_log, write_json
 from apcir.llm.accounting import Accounting
 from apcir.llm.batch import BatchSummary, appending, batch_counts, check_resume, summary_path_for
@@ -133,3 +138,84 @@ def _summary(out: Path, settings: RespondSettings, jobs: list[ResponseJob], done
     )
     write_json(summary_path_for(out), summary.model_dump(), indent=2)
     return summary
+
+
+@dataclass
+class PtkbStage(Stage):
+    """``ptkb.run`` (apcir's ranking of every turn's statements, which the responses and the submission use) and
+    its two reference orders (``ptkb/heuristic.run``, ``ptkb/profile.run``)."""
+
+    code: ClassVar[tuple[str, ...]] = ("apcir.responses.ptkb", "apcir.responses.text")
+    reformulations: Path
+    turns: list[Turn]
+    encoder: str
+    """``bm25`` or the retrieval model whose vectors compare a rewrite with the statements."""
+    kind: str | None
+    experiment: str
+    out: Path = an_output()
+    baselines: dict[str, Path] = an_output()
+    records: dict[str, ReformulationRecord] = not_an_input()
+
+    @property
+    def name(self) -> str:
+        return "ptkb"
+
+    def outputs(self) -> list[Path]:
+        return [self.out, *self.baselines.values()]
+
+    def run(self, context: StageContext) -> StageResult:
+        from apcir.responses.ptkb import PTKB_METHODS, rank_statements, similarity_for, write_ptkb_run
+
+        spec = similarity_for(self.encoder, self.kind)
+        write_ptkb_run(rank_statements(self.turns, self.records, spec), self.out, tag=f"{self.experiment}-ptkb")
+        for name, path in self.baselines.items():
+            ranked, _ = PTKB_METHODS.get(name).rank(self.turns, None, None, None)
+            write_ptkb_run(ranked, path, tag=f"{self.experiment}-ptkb-{name}")
+        return StageResult(f"statements of {len(self.turns)} turns ranked (ptkb_used first, then {spec.name} "
+                           "similarity)")
+
+
+@dataclass
+class RespondStage(Stage):
+    """``responses.jsonl``: one response per turn from the final run's top passages (resumable)."""
+
+    run_file: Path
+    reformulations: Path
+    ptkb: Path
+    turns: list[Turn]
+    passages: Path | None
+    identity: dict[str, Any]
+    """The responder's identity (:func:`stage_identity`)."""
+    out: Path = an_output()
+    settings: RespondSettings = not_an_input()
+    records: dict[str, ReformulationRecord] = not_an_input()
+
+    @classmethod
+    def of(cls, settings: RespondSettings, **fields: Any) -> RespondStage:
+        return cls(identity=stage_identity(settings), settings=settings, **fields)
+
+    @property
+    def name(self) -> str:
+        return "respond"
+
+    def outputs(self) -> list[Path]:
+        return [self.out]
+
+    def run(self, context: StageContext) -> StageResult:
+        from apcir.responses.job import build_jobs, needed_passages
+        from apcir.responses.ptkb import load_ptkb_run
+
+        run = context.read_run(self.run_file)
+        store = context.passage_texts()
+        top_k = self.settings.top_k
+        texts = store.texts(needed_passages(run, self.turns, top_k)) if store is not None else {}
+        jobs = build_jobs(self.turns, self.records, run, texts, load_ptkb_run(self.ptkb, self.turns), top_k)
+        summary = respond(jobs, self.settings, self.out, progress=context.progress, redo_stale=True)
+        context.counts.llm_requests += summary.requests
+        context.counts.failed_turns.extend(summary.failed_turns)
+        if summary.failed_turns:
+            warn(f"{len(summary.failed_turns)} turn(s) have no response (their records keep the error and the raw "
+                 f"answer; the submission falls back to the pseudo-response): {shown(summary.failed_turns)}")
+        return StageResult(f"{summary.ok} responses ok, {summary.failed} failed ({summary.responder}), "
+                           f"{summary.requests} LLM requests, {summary.cache_hits} cache hits",
+                           unfinished=bool(summary.failed_turns))

@@ -13,7 +13,7 @@ from apcir.contract.reformulations import QueryInput
 from apcir.errors import ApcirError
 from apcir.retrieval.encoder import SpladeEncoder, TextEncoder, canonical_model_name, make_encoder
 from apcir.retrieval.manifest import IndexManifest, is_foreign_lucene, read_manifest
-from apcir.retrieval.registry import BACKENDS
+from apcir.retrieval.registry import BACKENDS, BARE_LUCENE
 
 
 class Backend(Protocol):
@@ -73,9 +73,10 @@ def open_index(
     if not folder.is_dir():
         raise ApcirError("index directory not found", path=folder)
     if is_foreign_lucene(folder):
-        spec = BACKENDS.get(backend or "lucene-bm25")
-        if not spec.name.startswith("lucene-"):
-            raise ApcirError(f"a bare Lucene index opens as lucene-bm25 or lucene-splade, not {spec.name}", path=folder)
+        spec = BACKENDS.get(backend or BARE_LUCENE)
+        if not spec.opens_bare_lucene:
+            able = ", ".join(b.name for b in BACKENDS if b.opens_bare_lucene)
+            raise ApcirError(f"a bare Lucene index opens as {able}, not {spec.name}", path=folder)
         query_encoder = None
         if spec.encoder is not None:
             if encoder is None:

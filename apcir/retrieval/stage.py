@@ -6,16 +6,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 import scipy.sparse as sp
 
-from apcir.console import warn
+from apcir.console import shown, warn
+from apcir.contract.layout import RunLayout
 from apcir.contract.records import Run
 from apcir.contract.reformulations import QueryInput, ReformulationRecord
 from apcir.contract.runs import write_run
+from apcir.contract.stage import Stage, StageContext, StageResult, an_output, not_an_input
 from apcir.errors import ApcirError
 from apcir.io import atomic_write
 from apcir.retrieval.backends import Backend, VectorBackend, can_encode, open_index
@@ -74,8 +77,8 @@ def retrieve_lists(
     for field, field_queries in queries.items():
         empty = sorted(turn for turn, query in field_queries.items() if not _text_of(query).strip())
         if empty:
-            shown = ", ".join(empty[:10]) + (" ..." if len(empty) > 10 else "")
-            warn(f"{field}: {len(empty)} turn(s) have an empty query and get no passages: {shown}")
+            listed = shown(empty)
+            warn(f"{field}: {len(empty)} turn(s) have an empty query and get no passages: {listed}")
         asked = {turn: query for turn, query in field_queries.items() if turn not in set(empty)}
         if not asked:
             runs[field] = {}
@@ -136,14 +139,12 @@ def passage_texts_for(settings: RetrievalSettings, index_dir: Path) -> PassageTe
     from apcir.datasets.registry import collection_path
     from apcir.datasets.store import OFFSETS, store_for
     from apcir.retrieval.manifest import MANIFEST, read_manifest
+    from apcir.retrieval.registry import BACKENDS, BARE_LUCENE
 
     source = settings.passages_source
     if source is None:
-        if is_foreign_lucene(index_dir) or settings.backend == "lucene-bm25":
-            from apcir.retrieval.lucene import LuceneDocuments
-
-            return LuceneDocuments(index_dir)
-        return None
+        spec = BACKENDS.get(BARE_LUCENE if is_foreign_lucene(index_dir) else settings.backend)
+        return spec.text_store(index_dir)  # type: ignore[no-any-return]
     path = collection_path(source)
     offsets = None
     if (index_dir / MANIFEST).exists() and (index_dir / OFFSETS).exists():
@@ -198,9 +199,9 @@ def search_query_vectors(backend: Backend, path: Path, k: int) -> Run:
                          "37 is an integer, 37.0 or 0.37 a float): quantise both the same way (e.g. round(100 * w)), "
                          "or neither", path=path)
     if empty:
-        shown = ", ".join(empty[:10]) + (" ..." if len(empty) > 10 else "")
+        listed = shown(empty)
         warn(f"{path}: {len(empty)} turn(s) have no query token left in the index's vocabulary and get no passages: "
-             f"{shown}")
+             f"{listed}")
     asked = [turn for turn, has_terms in zip(turn_ids, kept) if has_terms]
     run = backend.search_vectors(asked, sp.csr_matrix(matrix[np.flatnonzero(kept)]), k)
     run.update({turn: {} for turn in empty})
@@ -225,3 +226,49 @@ def export_vectors(backend: Backend, out: Path, *, integer_scale: float | None =
         contents = [texts.get(pid, "") for pid in ids]
     return write_vectors(out, list(ids), vectors(list(ids)), list(vocabulary), contents=contents,
                          integer_scale=integer_scale)
+
+
+@dataclass
+class RetrieveStage(Stage):
+    """``apcir run``'s retrieval: one run per ``outs`` key, searching the records' input ``fields[key]``
+    (rewrite, rewrite_response, third), with the query vectors kept beside each run when there is an encoder."""
+
+    label: str
+    reformulations: Path
+    index: Path
+    """The index's content stands for the collection and the passage encoder."""
+    k: int
+    backend: str
+    encoder: str | None
+    """The query encoder (None: the backend has none, e.g. BM25)."""
+    fields: dict[str, str]
+    experiment: str
+    """The run tags are ``<experiment>-<key>``."""
+    outs: dict[str, Path] = an_output()
+    records: dict[str, ReformulationRecord] = not_an_input()
+
+    @classmethod
+    def of(cls, label: str, settings: RetrievalSettings, index: Path, reformulations: Path,
+           records: dict[str, ReformulationRecord], fields: dict[str, str], outs: dict[str, Path],
+           experiment: str) -> RetrieveStage:
+        return cls(label, reformulations, index, settings.k, settings.backend,
+                   settings.encoder if settings.uses_encoder else None, fields, experiment, outs, records)
+
+    @property
+    def name(self) -> str:
+        return self.label
+
+    def vectors(self) -> dict[str, Path]:
+        return {key: RunLayout.query_vectors(p) for key, p in self.outs.items()} if self.encoder else {}
+
+    def outputs(self) -> list[Path]:
+        return [*self.outs.values(), *self.vectors().values()]
+
+    def run(self, context: StageContext) -> StageResult:
+        queries = {key: list_queries(self.records, field) for key, field in self.fields.items()}
+        tags = {key: f"{self.experiment}-{key}" for key in self.fields}
+        retrieve_lists(context.backend(), queries, self.outs, tags, k=self.k, progress=context.progress,
+                       save_vectors=self.vectors(), write=context.write_run)
+        count = sum(len(q) for q in queries.values())
+        context.counts.retrieval_calls += count
+        return StageResult(f"{count} queries")

@@ -45,6 +45,8 @@ from apcir.responses.text import count_words, cut_to_words
 
 CLUEWEB_ID = re.compile(r"^clueweb22-en\d{4}-\d{2}-\d{5}:\d+$")
 MAX_PROVENANCE = 1000
+USED_TOP = 5
+"""Without a response's citations, the top passages marked used (and whose texts the export reads)."""
 MAX_WORDS = 250  # guidelines 2023 l.96, 2024 l.122; 2025 validator RESPONSE_LIMIT (validate_trec_ikat25.py:12)
 TextMode = Literal["pseudo", "passage"]
 PtkbMode = Literal["auto", "used", "ranked"]
@@ -62,7 +64,7 @@ class SubmissionInputs:
     reformulations: Mapping[str, ReformulationRecord] = field(default_factory=dict)
     passages: Mapping[str, str] = field(default_factory=dict)
     mode: TextMode = "pseudo"
-    used_top: int = 5
+    used_top: int = USED_TOP
     depth: int = MAX_PROVENANCE
     responses: Mapping[str, ResponseRecord] | None = None
     """Response records by turn (the response stage's output); None: no responses given."""

@@ -7,17 +7,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from apcir.console import warn
+from apcir.console import shown, warn
 from apcir.contract.records import Run, Turn
+from apcir.contract.reformulations import ReformulationRecord
 from apcir.contract.responses import ResponseRecord
 from apcir.contract.runs import ranking
+from apcir.contract.stage import Stage, StageContext, StageResult, an_output, not_an_input
 from apcir.errors import ApcirError
 from apcir.io import read_bytes, read_json, read_text, write_json, write_jsonl
-from apcir.submission.common import MAX_WORDS, SubmissionInputs, format_year_problem, plan
+from apcir.submission.common import MAX_WORDS, USED_TOP, SubmissionInputs, format_year_problem, plan
 from apcir.submission.formats import FORMATS
+from apcir.submission.settings import ExportSettings
 
 Submission = list[dict[str, Any]] | dict[str, Any]
 
@@ -61,11 +65,11 @@ def check_inputs(inputs: SubmissionInputs, fmt: str, *, allow_missing_text: bool
         raise ApcirError(f"none of the run's {len(inputs.run)} turn(s) is a turn of the topics ({len(known)} turns, "
                          f"e.g. run turn {outside[0]}): is this the run of these topics?")
     if outside:
-        warn(f"{len(outside)} turn(s) of the run are not in the topics and are not exported: {_shown(outside)}")
+        warn(f"{len(outside)} turn(s) of the run are not in the topics and are not exported: {shown(outside)}")
     absent = [t.turn_id for t in inputs.turns if not inputs.run.get(t.turn_id)]
     if absent:
         warn(f"{len(absent)} of the {len(known)} topic turn(s) have no passage in the run, so their entries cite "
-             f"nothing (apcir validate reports them): {_shown(absent)}")
+             f"nothing (apcir validate reports them): {shown(absent)}")
     if not inputs.reformulations:
         warn("no reformulations given: no pseudo-response to fall back on, and PTKB provenance is ranked by BM25 "
              "against the utterance")
@@ -73,7 +77,7 @@ def check_inputs(inputs: SubmissionInputs, fmt: str, *, allow_missing_text: bool
         lacking = sorted(t for t in known if t in inputs.run and t not in inputs.reformulations)
         if lacking:
             warn(f"{len(lacking)} turn(s) have no reformulation, so no pseudo-response and no statements used: "
-                 f"{_shown(lacking)}")
+                 f"{shown(lacking)}")
     if inputs.responses is not None and not known & set(inputs.responses):
         example = f", e.g. {next(iter(sorted(inputs.responses)))}" if inputs.responses else ""
         raise ApcirError(f"none of the {len(inputs.responses)} response record(s) is for a turn of the topics "
@@ -88,18 +92,18 @@ def check_inputs(inputs: SubmissionInputs, fmt: str, *, allow_missing_text: bool
         foreign = sorted(set(inputs.responses) - known)
         if foreign:
             warn(f"{len(foreign)} of the {len(inputs.responses)} response record(s) are for turns not in the topics "
-                 f"and are not exported: {_shown(foreign)}")
+                 f"and are not exported: {shown(foreign)}")
         if fell_back:
             warn(f"{len(fell_back)} turn(s) have no ok response record, so their text is the "
                  f"{'pseudo-response' if inputs.mode == 'pseudo' else 'top passage'} and the top passages are marked "
-                 f"used: {_shown(fell_back)}")
+                 f"used: {shown(fell_back)}")
         dropped = sorted(t for t, p in plans.items() if p.dropped)
         if dropped:
             warn(f"{len(dropped)} turn(s) have responses citing passages that are not in the exported run; those "
-                 f"citations were removed (was the response made from another run?): {_shown(dropped)}")
+                 f"citations were removed (was the response made from another run?): {shown(dropped)}")
     cut = sorted(t for t, p in plans.items() if p.cut)
     if cut:
-        warn(f"{len(cut)} response(s) were cut to the organisers' limit of {MAX_WORDS} words: {_shown(cut)}")
+        warn(f"{len(cut)} response(s) were cut to the organisers' limit of {MAX_WORDS} words: {shown(cut)}")
     if spec.passage_text or inputs.mode == "passage":
         cited = sorted({pid for p in plans.values() for pid in p.used})
         missing = [pid for pid in cited if not inputs.passages.get(pid, "").strip()]
@@ -110,11 +114,8 @@ def check_inputs(inputs: SubmissionInputs, fmt: str, *, allow_missing_text: bool
                 "(--collection / retrieval.passages), or pass --allow-missing-text (export.allow_missing_text)"
             )
         if missing:
-            warn(f"{len(missing)} cited passage(s) have no text; `apcir validate` will flag them: {_shown(missing)}")
+            warn(f"{len(missing)} cited passage(s) have no text; `apcir validate` will flag them: {shown(missing)}")
 
-
-def _shown(items: list[str]) -> str:
-    return ", ".join(items[:10]) + (" ..." if len(items) > 10 else "")
 
 
 def write_submission(inputs: SubmissionInputs, fmt: str, out: Path, *, allow_missing_text: bool = False) -> Path:
@@ -168,3 +169,47 @@ def validate_submission(path: Path, turns: list[Turn], fmt: str | None = None,
         problems.append(f"the file starts with a UTF-8 byte-order mark, which the {spec.year} validator's JSON parser "
                         f"refuses; save it as UTF-8 without a BOM [{spec.year} validator: error]")
     return problems + spec.call("check", path, turns)  # type: ignore[no-any-return]
+
+
+@dataclass
+class ExportStage(Stage):
+    """``submission.json`` (or ``.jsonl``): the final run, responses and PTKB provenance in the year's format."""
+
+    code: ClassVar[tuple[str, ...]] = ("apcir.submission.common",)
+    experiment: str
+    fused: Path
+    topics: Path
+    turns: list[Turn]
+    year: int
+    reformulations: Path
+    responses: Path
+    ptkb: Path
+    passages: Path | None
+    export: ExportSettings
+    out: Path = an_output()
+    records: dict[str, ReformulationRecord] = not_an_input()
+
+    @property
+    def name(self) -> str:
+        return "export"
+
+    def outputs(self) -> list[Path]:
+        return [self.out]
+
+    def run(self, context: StageContext) -> StageResult:
+        from apcir.contract.responses import load_responses
+        from apcir.responses.ptkb import load_ptkb_run
+
+        fmt = self.export.format
+        assert fmt is not None  # resolved by the config from the topics
+        run = context.read_run(self.fused)
+        answers = load_responses(self.responses)
+        store = context.passage_texts()
+        passages = store.texts(text_ids(run, answers, USED_TOP)) if store is not None else {}
+        inputs = SubmissionInputs(run=run, turns=self.turns, run_name=self.experiment, run_type=self.export.run_type,
+                                  team_id=self.export.team_id, reformulations=self.records, passages=passages,
+                                  mode=self.export.text, used_top=USED_TOP, responses=answers,
+                                  ptkb=load_ptkb_run(self.ptkb, self.turns), ptkb_mode=self.export.ptkb,
+                                  eval_response=self.export.eval_response, year=self.year)
+        write_submission(inputs, fmt, self.out, allow_missing_text=self.export.allow_missing_text)
+        return StageResult(f"{fmt} submission of {len(self.turns)} turns")
