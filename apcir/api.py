@@ -602,7 +602,8 @@ def export(run: Mapping[str, Mapping[str, float]], turns: PathLike | Sequence[Tu
         texts = datasets.passage_texts(datasets.collection_path(passages), wanted)
     inputs = SubmissionInputs(run=plain, turns=chosen, run_name=run_name, run_type=config.run_type, team_id=team_id,
                               reformulations=records, passages=texts, mode=config.text, used_top=used_top,
-                              responses=dict(responses or {}), ptkb=rank_statements(chosen, records,
+                              responses=dict(responses) if responses is not None else None,
+                              ptkb=rank_statements(chosen, records,
                                                                                     similarity_for("bm25", None)),
                               ptkb_mode=config.ptkb, eval_response=config.eval_response, year=the_year)
     return write_submission(inputs, fmt, Path(out), allow_missing_text=config.allow_missing_text or passages is None)

@@ -11,11 +11,11 @@ from apcir import datasets
 from apcir.cli.common import console, err_console, settings
 from apcir.contract.reformulations import load_reformulations, reformulation_statements, warn_unknown_statements
 from apcir.contract.responses import load_responses
-from apcir.contract.runs import read_run_file, validate_run
+from apcir.contract.runs import read_run_file
 from apcir.errors import ApcirError
-from apcir.io import check_writable, iter_lines, refuse_inputs_as_outputs
+from apcir.io import check_writable, refuse_inputs_as_outputs
 from apcir.responses.ptkb import load_ptkb_run
-from apcir.submission.common import CLUEWEB_ID, USED_TOP, SubmissionInputs
+from apcir.submission.common import USED_TOP, SubmissionInputs
 from apcir.submission.formats import FORMATS, format_for_year
 from apcir.submission.settings import ExportSettings
 from apcir.submission.stage import text_ids, validate_submission, write_submission
@@ -87,40 +87,22 @@ def validate_command(
     path: Path = typer.Argument(..., help="iKAT submission (.json / .jsonl) or TREC run file."),
     topics: str = typer.Option(..., "--topics", "-t", help="Topic set name or file."),
     fmt: str | None = typer.Option(
-        None, "--format", "-f", help=f"Force a format: {', '.join(FORMATS.names())} or trec."
+        None, "--format", "-f", help=f"Force a format: {', '.join(FORMATS.names())}."
     ),
 ) -> None:
     """Check a submission offline as the organisers' validators do; print every problem."""
     if not path.exists():
         raise ApcirError("file not found", path=path)
-    if fmt is not None and fmt != "trec":
+    if fmt is not None:
         FORMATS.get(fmt)
     turns = datasets.topics(topics)
-    year = datasets.topics_year(topics)
-    if fmt == "trec" or (fmt is None and _looks_like_trec(path)):
-        run_file = read_run_file(path)
-        problems = validate_run(run_file, {t.turn_id for t in turns})
-        bad_ids = sorted({p for hits in run_file.run.values() for p in hits if not CLUEWEB_ID.match(p)})
-        if bad_ids:
-            problems.append(f"{len(bad_ids)} passage id(s) not of the form clueweb22-enXXXX-XX-XXXXX:N, e.g. {bad_ids[0]}")
-        missing = sorted({t.turn_id for t in turns} - set(run_file.run))
-        if missing:
-            problems.append(f"{len(missing)} topic turn(s) without results, e.g. {', '.join(missing[:5])}")
-    else:
-        problems = validate_submission(path, turns, fmt, year)
+    problems = validate_submission(path, turns, fmt, datasets.topics_year(topics))
     for problem in problems:
         err_console.print(f"[red]problem:[/] {escape(problem)}", highlight=False, soft_wrap=True)
     if problems:
         err_console.print(f"{path}: {len(problems)} problem(s)")
         raise typer.Exit(1)
     console.print(f"{path}: valid ({len(turns)} turns checked)")
-
-
-def _looks_like_trec(path: Path) -> bool:
-    for _, line in iter_lines(path, "file"):
-        if line.strip():
-            return len(line.split()) == 6 and not line.lstrip().startswith("{")
-    return False
 
 
 def register(app: typer.Typer) -> None:

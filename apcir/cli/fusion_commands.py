@@ -20,13 +20,13 @@ from apcir.contract.runs import read_run_file, write_run
 from apcir.contract.weights import WeightsFile, load_weights
 from apcir.errors import ApcirError
 from apcir.fusion.settings import TuningSettings
-from apcir.fusion.systems import SYSTEMS
+from apcir.fusion.systems import PRIMARY, SYSTEMS
 from apcir.io import check_writable, refuse_inputs_as_outputs
 
 _EXTRA = {"allow_extra_args": True}
 _RUNS_HELP = "The run files to fuse, in weight order (q', q'+r', third): --runs A B C."
 # `manual` is a retrieval of its own and `qr-fusion` searches the index: `apcir run` builds them
-BASELINES = tuple(n for n in SYSTEMS.names() if SYSTEMS.get(n).kind in ("tuned", "fixed") and n != "apcir")
+BASELINES = tuple(n for n in SYSTEMS.names() if SYSTEMS.get(n).kind in ("tuned", "fixed") and n != PRIMARY)
 
 
 def _runs(ctx: typer.Context, first: list[Path], expected: int | None = None) -> tuple[list[Run], list[str]]:
@@ -327,7 +327,8 @@ def _tuned_baseline(name, run_list, names, turns, levels, qrels, weights_path, t
                     FusionInputs, tune_variants, pooled_run) -> Run:  # noqa: N803
     from apcir.fusion.linear import fuse_linear
 
-    if name == "no-levels":
+    variant = SYSTEMS.get(name).variant
+    if variant is not None and variant.pooled:
         if weights_path is not None:
             weights = load_weights(weights_path)
             if weights.all_turns is None:

@@ -127,7 +127,7 @@ def print_summary(summary: object, out: Path) -> None:
         ("passages re-ranked", summary.passages_reranked),
         ("passages not in the collection (kept in place)", summary.missing_passages),
     ]
-    if summary.reranker == "rankgpt":
+    if RERANKERS.get(summary.reranker).kind == "listwise":
         rows += [
             ("windows", summary.windows),
             ("requests sent", summary.requests),

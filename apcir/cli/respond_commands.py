@@ -15,7 +15,7 @@ from apcir.io import check_writable, refuse_inputs_as_outputs
 from apcir.responses.job import build_jobs, check_run_turns, needed_passages
 from apcir.responses.ptkb import (
     BM25,
-    METHODS,
+    PTKB_METHODS,
     bm25_similarity,
     load_ptkb_run,
     rank_by,
@@ -64,11 +64,10 @@ def rank_ptkb_command(
 ) -> None:
     """Rank every turn's PTKB statements, best first, as a TREC run over statement ids (evaluate it with
     `apcir evaluate RUN --qrels ikat23-test-ptkb -m ptkb`)."""
-    if method not in METHODS:
-        raise ApcirError(f"--method {method!r}: expected one of {', '.join(METHODS)}")
+    PTKB_METHODS.check(method)
     if index is not None and encoder is not None:
         raise ApcirError("give --index (its encoder is used) or --encoder, not both")
-    if method != "apcir" and (reformulations or index or encoder):
+    if not PTKB_METHODS.get(method).compares and (reformulations or index or encoder):
         raise ApcirError(f"--method {method} takes no --reformulations, --index or --encoder")
     check_writable(out, "PTKB ranking")
     refuse_inputs_as_outputs([out], [topics, reformulations], folders=[index, *(index_dependencies(index) if index

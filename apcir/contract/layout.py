@@ -79,8 +79,9 @@ class RunLayout:
         """The tuning leg (weights source ``tune``): its reformulations, lists and weights."""
         return self.root / "tune"
 
-    def tuned_weights(self, variant: str) -> Path:
-        return self.tune_dir / ("weights.json" if variant == "apcir" else f"weights-{variant}.json")
+    def tuned_weights(self, variant: str | None) -> Path:
+        """The tuning leg's weights of the primary system (``variant`` None) or of another tuned system."""
+        return self.tune_dir / ("weights.json" if variant is None else f"weights-{variant}.json")
 
     # ---- fusion and re-ranking ----------------------------------------------------------------
     @property

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from apcir.evaluation.results import GROUPS, RunMetrics
+from apcir.fusion.systems import EQUAL, SYSTEMS
 from apcir.io import atomic_write, write_text
 from apcir.metrics.significance import Comparison, SignificanceSettings, compare_with
 from apcir.reranking.registry import RERANKERS
@@ -312,11 +313,13 @@ def figures(runs: list[RunMetrics], out: Path, baseline: str, run_dirs: Sequence
         if measure not in run.measures:
             continue
         drawn: list[Path] = []
-        if "apcir" in run.systems and baseline in run.systems:
-            drawn += plots.turn_differences(run, out, "apcir", baseline, measure)
-        shown = [s for s in ("apcir", baseline, "no-levels", "equal", "manual") if s in run.systems]
-        drawn += plots.levels_with_ci(run, out, list(dict.fromkeys(shown)), measure)
-        if "apcir" in run.systems and "equal" in run.systems:
+        primary = run.primary
+        if primary in run.systems and baseline in run.systems:
+            drawn += plots.turn_differences(run, out, primary, baseline, measure)
+        drawn_systems = [primary, baseline, *(s.name for s in SYSTEMS if s.in_figures)]
+        drawn += plots.levels_with_ci(run, out, [s for s in dict.fromkeys(drawn_systems) if s in run.systems],
+                                      measure)
+        if primary in run.systems and EQUAL in run.systems:
             drawn += plots.tuned_vs_equal(run, out, measure)
         if n < len(run_dirs):
             drawn += plots.weight_landscape(run, run_dirs[n], out)

@@ -20,7 +20,7 @@ from apcir.evaluation.results import RerankerInfo
 from apcir.evaluation.stage import EvaluateStage
 from apcir.experiment.config import ExperimentConfig
 from apcir.fusion.stage import FuseStage, TuneStage, tuning_variants
-from apcir.fusion.systems import SYSTEMS
+from apcir.fusion.systems import PRIMARY, SYSTEMS
 from apcir.reformulation.settings import ReformulatorOptions
 from apcir.reformulation.stage import ReformulateStage
 from apcir.reranking.registry import RERANKERS
@@ -53,7 +53,7 @@ def tune(config: ExperimentConfig, layout: RunLayout, names: list[str], turns: l
          records: dict[str, ReformulationRecord], lists: dict[str, Path]) -> TuneStage:
     weights = config.fusion.weights
     assert weights.tune_topics and weights.tune_qrels
-    outs = {name: layout.tuned_weights(name) for name in tuning_variants(names)}
+    outs = {name: layout.tuned_weights(None if name == PRIMARY else name) for name in tuning_variants(names)}
     return TuneStage(lists, layout.tune_dir / "reformulations.jsonl", datasets.qrels_path(weights.tune_qrels),
                      weights.tune_qrels, weights.tune_topics, weights.search_settings(), config.fusion.norm,
                      config.fusion.depth, config.evaluation.rel_threshold, outs, turns, records)

@@ -85,7 +85,7 @@ class FusionSettings(BaseModel):
             unknown = [name for name in value if name not in SYSTEMS or name == PRIMARY]
             if unknown:
                 raise ValueError(f"unknown baseline(s) {unknown}: expected some of "
-                                 f"{', '.join(n for n in SYSTEMS.names() if n != 'apcir')}")
+                                 f"{', '.join(n for n in SYSTEMS.names() if n != PRIMARY)}")
         return value
 
     def baseline_names(self) -> list[str]:

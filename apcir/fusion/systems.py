@@ -95,6 +95,8 @@ class SystemSpec:
     build: Callable[[SystemInputs], Run] | None = None
     reformulator: str | None = None
     """A ``retrieved`` system: the reformulator whose rewrites it searches (``manual``)."""
+    in_figures: bool = False
+    """Drawn in the report's per-level figure beside APCIR and the baseline."""
     variant: Variant | None = None
     needs: tuple[tuple[str, ...], ...] = ()
     """Inputs a fixed system cannot do without: any one of these groups of ``SystemInputs`` fields."""
@@ -135,7 +137,7 @@ PRIMARY = "apcir"
 SYSTEMS.add(SystemSpec(PRIMARY, "APCIR", ("overall", "weights", "fusion"),
                        "personalisation-aware linear fusion, weights per level", "tuned", variant=Variant()))
 SYSTEMS.add(SystemSpec("manual", "Manual rewrite (HumanQR)", ("overall",),
-                       "the annotators' rewrite, retrieved alone", "retrieved", reformulator="manual"))
+                       "the annotators' rewrite, retrieved alone", "retrieved", reformulator="manual", in_figures=True))
 for _index, _name in enumerate(LIST_NAMES):
     _labels = {"rewrite": ("q' alone", "the non-personalised rewrite, retrieved alone"),
                "rewrite_response": ("q'+r' alone", "rewrite plus pseudo-response alone"),
@@ -147,8 +149,10 @@ SYSTEMS.add(SystemSpec("no-personalisation", "No personalisation", ("weights",),
                        variant=Variant(constraint=no_third)))
 SYSTEMS.add(SystemSpec("random", "Random personalisation", ("weights",), "seeded random weights per turn", "fixed",
                        build=lambda x: random_fusion(x.lists, x.seed, norm=x.norm, depth=x.depth)))
-SYSTEMS.add(SystemSpec("equal", "Equal personalisation", ("weights",), "w1 = w2 = w3 = 1/3", "fixed",
-                       build=lambda x: equal_weights(x.lists, norm=x.norm, depth=x.depth)))
+EQUAL = "equal"
+"""Equal weights: the report's "tuned vs equal" figure compares APCIR with it."""
+SYSTEMS.add(SystemSpec(EQUAL, "Equal personalisation", ("weights",), "w1 = w2 = w3 = 1/3", "fixed",
+                       build=lambda x: equal_weights(x.lists, norm=x.norm, depth=x.depth), in_figures=True))
 SYSTEMS.add(SystemSpec("entropy", "User-profile entropy", ("weights",),
                        "w3 = normalised topic entropy of the profile; w1 = w2 = (1-w3)/2", "fixed",
                        build=_entropy, needs=(("encode", "profiles"),)))
@@ -157,7 +161,7 @@ SYSTEMS.add(SystemSpec("deps", "DEPS", ("weights",),
                        build=_deps, needs=(("vectors",), ("encode", "personalised", "passages"))))
 SYSTEMS.add(SystemSpec("no-levels", "No levels", ("fusion",),
                        "one weight vector for every turn, tuned with the same protocol", "tuned",
-                       variant=Variant(pooled=True)))
+                       variant=Variant(pooled=True), in_figures=True))
 SYSTEMS.add(SystemSpec("rrf", "Reciprocal rank fusion", ("fusion",), "RRF, k = 60", "fixed",
                        build=lambda x: rrf(x.lists, x.rrf_k, x.depth)))
 SYSTEMS.add(SystemSpec("round-robin", "Round-robin", ("fusion",), "rank 1 of each list, then rank 2, ...", "fixed",

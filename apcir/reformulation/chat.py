@@ -132,3 +132,12 @@ def produce(
 
 def _repair(prompt: Prompt, cot: bool, raw: str, problem: str) -> list[dict[str, str]]:
     return repair_messages(prompt, raw, problem, cot)
+
+
+def shaping(options: ReformulatorOptions) -> dict[str, Any]:
+    """What shapes every record a model writes: the prompt, the request's parameters, the server."""
+    from apcir.llm.settings import public_url
+
+    return {"prompt": options.prompt.model_dump(mode="json"), "params": options.params(),
+            "structured": options.structured, "base_url": public_url(options.resolved_base_url()),
+            "max_prompt_tokens": options.max_prompt_tokens}

@@ -41,7 +41,7 @@ from apcir.errors import ApcirError
 from apcir.ids import canonical_turn_id
 from apcir.io import iter_lines, parse_json_line, read_json
 from apcir.reformulation.offline import heuristic_output
-from apcir.reformulation.settings import FILE_FIELDS, LevelFallback
+from apcir.reformulation.settings import FILE_FIELDS, HEURISTIC_FALLBACK, LevelFallback
 
 PREFIX = "file:"
 _ID_FIELDS = ("turn_id", "qid", "id")
@@ -124,7 +124,7 @@ def _record(turn: Turn, given: dict[str, Any] | None, llm: str, fallback: LevelF
     if "third_response" not in given:
         third_response = response
         notes.append("no third_response in the file: the response")
-    heuristic = heuristic_output(turn) if fallback == "heuristic" else None
+    heuristic = heuristic_output(turn) if fallback == HEURISTIC_FALLBACK else None
     raw_level = given.get("level")
     level: str
     if raw_level is None or not str(raw_level).strip():

@@ -45,6 +45,7 @@ import hashlib
 import math
 import re
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from apcir.contract.records import Turn
@@ -410,14 +411,10 @@ def manual_output(turn: Turn) -> ReformulationOutput:
     )
 
 
-def offline_record(turn: Turn, model: str) -> ReformulationRecord:
-    """The record of ``turn`` by an offline reformulator (``manual`` or ``heuristic``)."""
-    if model == "manual":
-        output, version = manual_output(turn), MANUAL_VERSION
-    elif model == "heuristic":
-        output, version = heuristic_output(turn), HEURISTIC_VERSION
-    else:
-        raise ValueError(f"not an offline reformulator: {model!r}")
+def offline_record(turn: Turn, model: str, make: Callable[[Turn], ReformulationOutput],
+                   version: str) -> ReformulationRecord:
+    """The record of ``turn`` by an offline reformulator (``make`` gives its output; ``version`` names its code)."""
+    output = make(turn)
     if not turn.utterance.strip() or not output.rewrite.strip():
         return ReformulationRecord(turn_id=turn.turn_id, model=model, prompt_hash=version, status="failed",
                                    error="the utterance is empty: nothing to reformulate")

@@ -19,7 +19,14 @@ from apcir.llm.accounting import Accounting
 from apcir.reformulation import chat
 from apcir.reformulation.file import PREFIX as FILE_PREFIX
 from apcir.reformulation.file import file_path, file_records
-from apcir.reformulation.offline import offline_record, source_identity
+from apcir.reformulation.offline import (
+    HEURISTIC_VERSION,
+    MANUAL_VERSION,
+    heuristic_output,
+    manual_output,
+    offline_record,
+    source_identity,
+)
 from apcir.reformulation.settings import ReformulatorOptions
 from apcir.registry import Registry
 
@@ -37,11 +44,16 @@ class ReformulatorSpec:
     identity: Callable[[Sequence[Turn], ReformulatorOptions], dict[str, Any]]
     produce: Produce
     """``produce(turns, options, emit, *, accounting, refresh) -> structured mode or None``."""
+    shaping: Callable[[ReformulatorOptions], dict[str, Any]] = lambda options: {}
+    """The settings that shape every record whatever the turns (a resume under other ones is refused)."""
 
 
-def _offline(turns: Sequence[Turn], options: ReformulatorOptions, emit: Emit, **_: Any) -> None:
-    for turn in turns:
-        emit(offline_record(turn, options.method))
+def _offline(make: Callable[[Turn], Any], version: str) -> Produce:
+    def produce(turns: Sequence[Turn], options: ReformulatorOptions, emit: Emit, **_: Any) -> None:
+        for turn in turns:
+            emit(offline_record(turn, options.method, make, version))
+
+    return produce
 
 
 def _offline_identity(turns: Sequence[Turn], options: ReformulatorOptions) -> dict[str, Any]:
@@ -73,18 +85,23 @@ def _file_identity(turns: Sequence[Turn], options: ReformulatorOptions) -> dict[
     return identity
 
 
+def _file_shaping(options: ReformulatorOptions) -> dict[str, Any]:
+    return {k: v for k, v in _file_identity([], options).items() if k != "heuristic"}
+
+
 REFORMULATORS: Registry[ReformulatorSpec] = Registry("reformulator")
 REFORMULATORS.add(ReformulatorSpec(
     "heuristic", "offline baseline: context terms from the history, a lexical level rule", "heuristic", True,
-    _offline_identity, _offline))
+    _offline_identity, _offline(heuristic_output, HEURISTIC_VERSION)))
 REFORMULATORS.add(ReformulatorSpec(
-    "manual", "offline: the annotators' manual rewrites (HumanQR)", "manual", True, _offline_identity, _offline))
+    "manual", "offline: the annotators' manual rewrites (HumanQR)", "manual", True, _offline_identity,
+    _offline(manual_output, MANUAL_VERSION)))
 REFORMULATORS.add(ReformulatorSpec(
     "file", "reformulations made elsewhere: apcir JSONL, a TSV, or JSON/JSONL fields", "file:PATH", True,
-    _file_identity, _from_file))
+    _file_identity, _from_file, _file_shaping))
 REFORMULATORS.add(ReformulatorSpec(
     "llm", "any other name: that model on an OpenAI-compatible server, one request per turn", "MODEL (gpt-4o, ...)",
-    False, chat.identity, chat.produce))
+    False, chat.identity, chat.produce, chat.shaping))
 
 
 def reformulator_for(llm: str) -> ReformulatorSpec:

@@ -25,6 +25,8 @@ FILE_FIELDS: tuple[str, ...] = (
     "reasoning",
 )
 LevelFallback = Literal["a", "heuristic"]
+HEURISTIC_FALLBACK: LevelFallback = "heuristic"
+"""``level_fallback``: a turn the file gives no level takes the heuristic reformulator's."""
 
 
 class ReformulatorOptions(LLMSettings):

@@ -57,17 +57,7 @@ def stage_identity(turns: list[Turn], options: ReformulatorOptions) -> dict[str,
 
 def shaping_settings(options: ReformulatorOptions) -> dict[str, Any]:
     """The settings that shape a record whatever the turns (a resume with other ones is refused)."""
-    spec = reformulator_for(options.method)
-    shaping: dict[str, Any] = {"llm": options.method}
-    if spec.name == "file":
-        shaping.update({k: v for k, v in spec.identity([], options).items() if k != "heuristic"})
-    elif not spec.offline:
-        from apcir.llm.settings import public_url
-
-        shaping.update(prompt=options.prompt.model_dump(mode="json"), params=options.params(),
-                       structured=options.structured, base_url=public_url(options.resolved_base_url()),
-                       max_prompt_tokens=options.max_prompt_tokens)
-    return shaping
+    return {"llm": options.method, **reformulator_for(options.method).shaping(options)}
 
 
 # --- the output file -------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from apcir.console import warn
 from apcir.llm.accounting import Accounting
 from apcir.llm.jobs import Answer, Ask, ask_all
 from apcir.reranking.base import Candidates, Ranked, RerankStats
-from apcir.reranking.settings import RerankSettings
+from apcir.reranking.settings import RANKGPT_WINDOWS, RerankSettings
 
 SYSTEM = "You are RankGPT, an intelligent assistant that can rank passages based on their relevancy to the query."
 Message = dict[str, str]
@@ -121,13 +121,13 @@ def window_bounds(n: int, window: int, step: int, mode: str = "rankgpt") -> list
     return bounds
 
 
-def expected_windows(n: int, window: int, step: int, mode: str = "rankgpt") -> int:
+def expected_windows(n: int, window: int, step: int, mode: str = RANKGPT_WINDOWS) -> int:
     """How many requests a list of ``n`` passages costs (see the module doc)."""
     if n <= 1:
         return 0
     if n <= window:
         return 1
-    rounding = math.floor if mode == "rankgpt" else math.ceil
+    rounding = math.floor if mode == RANKGPT_WINDOWS else math.ceil
     return int(rounding((n - window) / step)) + 1
 
 

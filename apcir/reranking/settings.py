@@ -15,6 +15,10 @@ from apcir.contract.reformulations import LIST_NAMES
 from apcir.llm.settings import LLMSettings, refuse_unused
 from apcir.reranking.registry import RERANKERS
 
+WindowMode = Literal["rankgpt", "cover"]
+RANKGPT_WINDOWS: WindowMode = "rankgpt"
+"""RankGPT's own loop: floor((depth - window) / step) + 1 windows."""
+
 
 class RerankSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -38,7 +42,7 @@ class RerankSettings(BaseModel):
     false_token: str = Field("false", description="monot5: the other answer word (mT5 models: yes / no)")
     window: int = Field(20, ge=2, description="rankgpt: passages per request")
     step: int = Field(10, ge=1, description="rankgpt: how far the window moves up each time")
-    windows: Literal["rankgpt", "cover"] = Field(
+    windows: WindowMode = Field(
         "rankgpt", description="rankgpt: RankGPT's loop (floor((depth-window)/step)+1 windows) or 'cover' "
         "(rank_llm's: one more window clamped to the top when step does not divide depth-window)")
     max_words: int = Field(300, ge=1, description="rankgpt: words of each passage sent (RankGPT's 300)")

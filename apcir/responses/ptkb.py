@@ -210,6 +210,8 @@ class PtkbMethod:
                    tuple[PtkbRanking, str]]
     reference: bool = False
     """A reference order ``apcir run`` writes (``ptkb/<name>.run``) and evaluates beside apcir's own."""
+    compares: bool = False
+    """Ranks by similarity to the rewrites: takes reformulations and an encoder."""
 
 
 def _by_similarity(turns: Sequence[Turn], records: Mapping[str, ReformulationRecord] | None, encoder: str | None,
@@ -221,7 +223,7 @@ def _by_similarity(turns: Sequence[Turn], records: Mapping[str, ReformulationRec
 
 PTKB_METHODS: Registry[PtkbMethod] = Registry("PTKB ranking method")
 PTKB_METHODS.add(PtkbMethod("apcir", "the statements the reformulation used first, then by similarity",
-                            _by_similarity))
+                            _by_similarity, compares=True))
 PTKB_METHODS.add(PtkbMethod("heuristic", "the heuristic reformulator's tf-idf order",
                             lambda turns, *_: (heuristic_order(turns), "the heuristic reformulator's tf-idf order"),
                             reference=True))

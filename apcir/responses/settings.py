@@ -31,7 +31,9 @@ class RespondSettings(LLMSettings):
 
     @model_validator(mode="after")
     def _only_what_is_used(self) -> RespondSettings:
-        if self.responder == "extractive":
+        from apcir.responses.registry import responder_for
+
+        if responder_for(self.responder).offline:
             refuse_unused(self, LLM_FIELDS, "by the extractive responder (offline, no model)")
         else:
             refuse_unused(self, {"max_sentences"}, f"by the LLM responder {self.responder!r} (extractive only)")

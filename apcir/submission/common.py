@@ -202,9 +202,10 @@ def plan(inputs: SubmissionInputs, year: int) -> dict[str, TurnPlan]:
     return plans
 
 
-def format_year_problem(fmt: str, fmt_year: int, topics_year: int | None) -> str | None:
-    """Why a format of another year than the topics' cannot be read by the organisers' validator; None if it fits."""
-    if topics_year is None or topics_year == fmt_year:
+def format_year_problem(fmt: str, fmt_year: int | None, topics_year: int | None) -> str | None:
+    """Why a format of another year than the topics' cannot be read by the organisers' validator; None if it fits
+    (a format of no iKAT year, such as a TREC run, fits any topics)."""
+    if topics_year is None or fmt_year is None or topics_year == fmt_year:
         return None
     reader = {
         2023: "the organisers' 2023 validator reads only 2023_test_topics.json (25 conversations, 332 turns; "

@@ -2,7 +2,10 @@
 
 A format is a module with a ``build(SubmissionInputs) -> data`` and a
 ``check(path, turns) -> problems`` function, plus one entry here. ``build``
-returns a dict (written as JSON) or a list of dicts (written as JSONL).
+returns a dict (written as JSON), a list of dicts (written as JSONL) or a
+string (written as it is, e.g. a TREC run). A format of no iKAT year
+(``year = None``) is accepted whatever the topics' year; ``detect`` recognises
+its files for ``apcir validate`` without ``--format``.
 """
 
 from __future__ import annotations
@@ -19,15 +22,17 @@ class FormatSpec:
     name: str
     description: str
     suffix: str
-    year: int
+    year: int | None
     build: str
     check: str
     run_types: tuple[str, ...]
     """The run types the organisers' validator accepts."""
     passage_text: bool
     """Whether the responses' provenance carries passage texts (so a missing text is an incomplete submission)."""
+    detect: str | None = None
+    """``module:function(path) -> bool``: whether a file is in this format (tried before the iKAT shapes)."""
 
-    def call(self, which: Literal["build", "check"], *args: Any) -> Any:
+    def call(self, which: Literal["build", "check", "detect"], *args: Any) -> Any:
         module, _, function = getattr(self, which).partition(":")
         return getattr(importlib.import_module(module), function)(*args)
 
@@ -44,6 +49,10 @@ FORMATS.add(FormatSpec("ikat24", "iKAT 2024 JSON: PTKB provenance as ids, eval_r
 FORMATS.add(FormatSpec("ikat25", "iKAT 2025 JSONL: references, responses with citations", ".jsonl", 2025,
                        build="apcir.submission.ikat2025:build", check="apcir.submission.ikat2025:check",
                        run_types=("automatic", "manual", "generation-only"), passage_text=False))
+FORMATS.add(FormatSpec("trec", "a TREC run file: the fused run alone (turn Q0 passage rank score tag)", ".run", None,
+                       build="apcir.submission.trec_run:build", check="apcir.submission.trec_run:check",
+                       run_types=("automatic", "manual"), passage_text=False,
+                       detect="apcir.submission.trec_run:looks_like"))
 
 
 def format_for_year(year: int) -> str:

@@ -18,12 +18,12 @@ from apcir.contract.responses import ResponseRecord
 from apcir.contract.runs import ranking
 from apcir.contract.stage import Stage, StageContext, StageResult, an_output, not_an_input
 from apcir.errors import ApcirError
-from apcir.io import read_bytes, read_json, read_text, write_json, write_jsonl
+from apcir.io import read_bytes, read_json, read_text, write_json, write_jsonl, write_text
 from apcir.submission.common import MAX_WORDS, USED_TOP, SubmissionInputs, format_year_problem, plan
 from apcir.submission.formats import FORMATS
 from apcir.submission.settings import ExportSettings
 
-Submission = list[dict[str, Any]] | dict[str, Any]
+Submission = list[dict[str, Any]] | dict[str, Any] | str
 
 
 def build_submission(inputs: SubmissionInputs, fmt: str) -> Submission:
@@ -31,9 +31,11 @@ def build_submission(inputs: SubmissionInputs, fmt: str) -> Submission:
     return FORMATS.get(fmt).call("build", inputs)  # type: ignore[no-any-return]
 
 
-def save_submission(data: Submission, out: Path) -> Path:
-    """Write a submission atomically: JSONL for a list, JSON otherwise."""
-    if isinstance(data, list):
+def save_submission(data: Submission | str, out: Path) -> Path:
+    """Write a submission atomically: JSONL for a list, text for a string (a TREC run), JSON otherwise."""
+    if isinstance(data, str):
+        write_text(out, data)
+    elif isinstance(data, list):
         write_jsonl(out, data)
     else:
         write_json(out, data)
@@ -82,7 +84,7 @@ def check_inputs(inputs: SubmissionInputs, fmt: str, *, allow_missing_text: bool
         example = f", e.g. {next(iter(sorted(inputs.responses)))}" if inputs.responses else ""
         raise ApcirError(f"none of the {len(inputs.responses)} response record(s) is for a turn of the topics "
                          f"({len(known)} turns{example}): are they the responses of this run and these topics?")
-    plans = plan(inputs, spec.year)
+    plans = plan(inputs, spec.year or inputs.year or 2023)  # a format of no year (trec) plans as the topics
     if inputs.responses is None:
         warn("no responses given (--responses / the respond stage): the response text is the "
              f"{'pseudo-response' if inputs.mode == 'pseudo' else 'top passage'}, which cites nothing and is not "
@@ -132,10 +134,14 @@ def write_submission(inputs: SubmissionInputs, fmt: str, out: Path, *, allow_mis
 
 
 def detect_format(path: Path) -> str:
-    """``ikat25`` for JSONL, otherwise ``ikat23`` or ``ikat24`` by the shape of PTKB provenance."""
+    """A format whose ``detect`` recognises the file (a TREC run); else ``ikat25`` for JSONL, otherwise
+    ``ikat23`` or ``ikat24`` by the shape of PTKB provenance."""
     text = read_text(path, "submission").lstrip() if path.exists() else ""
     if not text:
         raise ApcirError("submission file is missing or empty", path=path)
+    for spec in FORMATS:
+        if spec.detect is not None and spec.call("detect", path):
+            return spec.name
     if text.startswith("{") and "\n{" in text.strip():
         return "ikat25"
     data = read_json(path, "submission")
@@ -163,7 +169,7 @@ def validate_submission(path: Path, turns: list[Turn], fmt: str | None = None,
     spec = FORMATS.get(fmt or detect_format(path))
     mismatch = format_year_problem(spec.name, spec.year, topics_year)
     problems: list[str] = [f"{mismatch} [{spec.year} validator: error]"] if mismatch else []
-    if read_bytes(path, "submission").startswith(b"\xef\xbb\xbf"):
+    if spec.year is not None and read_bytes(path, "submission").startswith(b"\xef\xbb\xbf"):
         # 2023/2024 main.py json.load(f) and 2025 json.loads(line) on text read as UTF-8 raise "Unexpected UTF-8
         # BOM": the organisers' validators stop on the first byte
         problems.append(f"the file starts with a UTF-8 byte-order mark, which the {spec.year} validator's JSON parser "
