@@ -56,6 +56,18 @@ def frame_of(run: Mapping[str, Mapping[str, float]], queries: pd.DataFrame | Non
     return frame
 
 
+def qrels_frame(name_or_path: str | Path) -> pd.DataFrame:
+    """Qrels (a bundled name, an ir_datasets id or a file) as PyTerrier's frame: qid, docno, label."""
+    rows = [(turn, doc, grade) for turn, grades in api.qrels(name_or_path).items() for doc, grade in grades.items()]
+    return pd.DataFrame(rows, columns=["qid", "docno", "label"])
+
+
+def topics_frame(name_or_path: str | Path | Sequence[Turn]) -> pd.DataFrame:
+    """Topics as PyTerrier's frame: qid and query (the utterance); ``Reformulate(topics=...)`` adds the rest."""
+    turns = api.topics(name_or_path) if isinstance(name_or_path, (str, Path)) else list(name_or_path)
+    return pd.DataFrame({"qid": [t.turn_id for t in turns], "query": [t.utterance for t in turns]})
+
+
 def _require(columns: list[str], needed: list[str], who: Any) -> None:
     """PyTerrier's own check (``pt.validate``): a pipeline missing a column fails before it runs."""
     pt.validate.columns(list(columns), includes=needed, context=who)
@@ -235,4 +247,5 @@ class Rerank(pt.Transformer):  # type: ignore[misc]
         return frame_of(reranked, kept)
 
 
-__all__ = ["Fuse", "LevelFusion", "Reformulate", "Rerank", "Retrieve", "RetrieveLists", "frame_of", "run_of"]
+__all__ = ["Fuse", "LevelFusion", "Reformulate", "Rerank", "Retrieve", "RetrieveLists", "frame_of", "qrels_frame",
+           "run_of", "topics_frame"]

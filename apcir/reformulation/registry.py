@@ -89,7 +89,7 @@ def _file_shaping(options: ReformulatorOptions) -> dict[str, Any]:
     return {k: v for k, v in _file_identity([], options).items() if k != "heuristic"}
 
 
-REFORMULATORS: Registry[ReformulatorSpec] = Registry("reformulator")
+REFORMULATORS: Registry[ReformulatorSpec] = Registry("reformulator", "apcir.reformulators")
 REFORMULATORS.add(ReformulatorSpec(
     "heuristic", "offline baseline: context terms from the history, a lexical level rule", "heuristic", True,
     _offline_identity, _offline(heuristic_output, HEURISTIC_VERSION)))
@@ -108,7 +108,7 @@ def reformulator_for(llm: str) -> ReformulatorSpec:
     """The reformulator ``llm`` names: ``heuristic``, ``manual``, ``file:PATH``, else a model."""
     if llm.startswith(FILE_PREFIX):
         return REFORMULATORS.get("file")
-    if llm in REFORMULATORS and REFORMULATORS.get(llm).offline:
+    if llm in REFORMULATORS and REFORMULATORS.get(llm).usage == llm:  # named as it is used: heuristic, a plugin's
         return REFORMULATORS.get(llm)
     return REFORMULATORS.get("llm")
 

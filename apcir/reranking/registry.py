@@ -32,7 +32,7 @@ class RerankerSpec:
         return getattr(importlib.import_module(module), function)(*args, **kwargs)
 
 
-RERANKERS: Registry[RerankerSpec] = Registry("re-ranker")
+RERANKERS: Registry[RerankerSpec] = Registry("re-ranker", "apcir.rerankers")
 RERANKERS.add(RerankerSpec(
     "monot5", "monoT5", "pygaggle's monoT5: log P(true) of 'Query: q Document: d Relevant:' (any T5 checkpoint)",
     "pointwise", "castorini/monot5-base-msmarco-10k", "apcir.reranking.monot5:load",

@@ -130,7 +130,7 @@ class BackendSpec:
         return getattr(importlib.import_module(module), function)(*args, **kwargs)
 
 
-BACKENDS: Registry[BackendSpec] = Registry("retrieval backend")
+BACKENDS: Registry[BackendSpec] = Registry("retrieval backend", "apcir.backends")
 BACKENDS.add(BackendSpec(
     "embedded", "exact SPLADE search over an inverted index in memory; up to a few million passages",
     "splade", build="apcir.retrieval.embedded:write_index", open="apcir.retrieval.embedded:open_index",

@@ -37,7 +37,7 @@ class FormatSpec:
         return getattr(importlib.import_module(module), function)(*args)
 
 
-FORMATS: Registry[FormatSpec] = Registry("submission format")
+FORMATS: Registry[FormatSpec] = Registry("submission format", "apcir.formats")
 # run_types: 2023 main.py:233-235; 2024 main.py:27; 2025 validate_trec_ikat25.py:11
 FORMATS.add(FormatSpec("ikat23", "iKAT 2023 JSON: PTKB provenance as ranked {id, text, score}", ".json", 2023,
                        build="apcir.submission.ikat_json:build_2023", check="apcir.submission.ikat_json:check_2023",

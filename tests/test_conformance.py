@@ -1,0 +1,152 @@
+"""Conformance: every entry of every registry, parametrised from the registry itself, so that a new entry is
+tested by these tests (a backend builds, searches and reports its capabilities; a re-ranker keeps unranked
+passages in place; a format round-trips through export and validate; a reformulator yields valid records)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from fake_openai import FakeOpenAI, Reply
+from tiny_models import tiny_cross_encoder, tiny_t5
+
+import apcir
+from apcir.contract.reformulations import LEVELS, load_reformulations
+from apcir.reformulation.registry import REFORMULATORS
+from apcir.reranking.registry import RERANKERS
+from apcir.reranking.settings import RerankSettings
+from apcir.reranking.stage import rerank_run
+from apcir.retrieval.registry import BACKENDS, ENCODER_KINDS
+from apcir.submission.formats import FORMATS
+
+# The model each encoder kind is tested with: packaged, offline.
+MODELS = {"splade": "splade-tiny", "dense": "minilm"}
+
+
+@pytest.fixture(autouse=True)
+def _offline_llm_env(monkeypatch):
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "APCIR_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_every_encoder_kind_has_a_test_model():
+    assert set(ENCODER_KINDS.names()) <= set(MODELS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS.names())
+def test_every_backend_builds_searches_and_reports_its_capabilities(backend, small, tmp_path):
+    from apcir.retrieval.backends import VectorBackend, can_encode, open_index
+    from apcir.retrieval.build import build_index
+    from apcir.retrieval.stage import passage_texts_for
+    from apcir.retrieval.settings import RetrievalSettings
+
+    _, collection, _, chosen = small
+    spec = BACKENDS.get(backend)
+    model = MODELS[spec.encoder] if spec.encoder else None
+    out = tmp_path / "index"
+    result = build_index(collection, backend, out, model, progress=False)
+    assert result.manifest.backend == backend and result.manifest.passages > 0
+    index = open_index(out, model)
+    turn = chosen[0]
+    passages = {p.id: p.contents for p in apcir.collection(collection)}
+    query = next(iter(passages.values()))[:200]  # a passage's own words: it must come back
+    run = index.search({turn: query}, 10, progress=False)
+    assert 0 < len(run[turn]) <= 10 and set(run[turn]) <= set(passages)
+    # capabilities: an encoder backend encodes queries (and a sparse one searches vectors); a text store is real
+    assert can_encode(index) == (spec.encoder is not None)
+    if spec.encoder is not None and ENCODER_KINDS.get(spec.encoder).sparse:
+        assert isinstance(index, VectorBackend)
+    store = spec.text_store(out)
+    if store is not None:
+        some = list(passages)[:3]
+        assert store.texts(some) == {p: passages[p] for p in some}
+    settings = RetrievalSettings(backend=backend, index=str(out), collection=str(collection),
+                                 **({"encoder": model} if model else {}))
+    assert passage_texts_for(settings, out) is not None
+
+
+def _rankgpt_reply(body):
+    window = []
+    for message in body["messages"]:
+        match = re.match(r"\[(\d+)\] (.*)", message["content"], re.S) if message["role"] == "user" else None
+        if match:
+            window.append(int(match.group(1)))
+    return Reply(content=" > ".join(f"[{n}]" for n in reversed(window)))
+
+
+@pytest.mark.parametrize("reranker", RERANKERS.names())
+def test_every_reranker_keeps_the_passages_below_its_depth_in_place(reranker, tmp_path):
+    ids = [f"clueweb22-en0000-00-{i:05d}:0" for i in range(12)]
+    run = {"9-1_1": {pid: 100.0 - i for i, pid in enumerate(ids)}}
+    texts = {pid: f"passage {i} about diets and recipes" for i, pid in enumerate(ids)}
+    texts.pop(ids[2])  # a candidate without text keeps its place too
+    queries = {"9-1_1": "which diet is natural"}
+    spec = RERANKERS.get(reranker)
+    server = None
+    if spec.kind == "listwise":
+        server = FakeOpenAI(reply=_rankgpt_reply).start()
+        from apcir.llm.settings import LLMSettings
+
+        settings = RerankSettings(reranker=reranker, model="fake-gpt", depth=6, window=4, step=2,
+                                  llm=LLMSettings(base_url=server.url, cache_dir=str(tmp_path / "cache"),
+                                                  retry_delay=0.0, max_retries=1))
+    else:
+        model = tiny_t5(tmp_path / "m") if reranker == "monot5" else tiny_cross_encoder(tmp_path / "m")
+        settings = RerankSettings(reranker=reranker, model=str(model), depth=6)
+    try:
+        result, summary = rerank_run(run, queries, texts, settings, progress=False)
+    finally:
+        if server is not None:
+            server.stop()
+    order = [p for p, _ in apcir.Run(result).to_pandas()[["docno", "score"]].itertuples(index=False)]
+    assert order[2] == ids[2], "a candidate without text keeps its place"
+    assert order[6:] == ids[6:], "the passages below the depth keep their order beneath"
+    assert sorted(order[:6]) == sorted(ids[:6]) and summary.turns == 1
+
+
+@pytest.mark.parametrize("fmt", FORMATS.names())
+def test_every_format_round_trips_through_export_and_validate(fmt, tmp_path):
+    spec = FORMATS.get(fmt)
+    topics = f"ikat{spec.year % 100}-test" if spec.year else "ikat23-test"
+    turns = apcir.topics(topics)[:6]
+    records = apcir.reformulate(turns, "heuristic")
+    passages = {f"clueweb22-en0000-00-{i:05d}:0": f"text of passage {i}" for i in range(8)}
+    run = {t.turn_id: {p: 10.0 - i for i, p in enumerate(passages)} for t in turns}
+    responses = apcir.respond(turns, records, run, passages)
+    out = apcir.export(run, turns, tmp_path / f"out{spec.suffix}", responses=responses, reformulations=records,
+                       passages=passages, format=fmt, year=spec.year or 2023)
+    assert apcir.validate(out, turns, fmt, year=spec.year) == []
+    from apcir.submission.stage import detect_format
+
+    assert detect_format(out) == fmt, "a written submission is recognised as its format"
+
+
+@pytest.mark.parametrize("name", REFORMULATORS.names())
+def test_every_reformulator_yields_valid_records(name, tmp_path):
+    turns = [t for t in apcir.topics("ikat23-test") if t.conversation_id == "9-1"][:4]
+    spec = REFORMULATORS.get(name)
+    settings: dict = {}
+    server = None
+    method = spec.usage
+    if method.startswith("file:"):
+        source = tmp_path / "rewrites.tsv"
+        source.write_text("".join(f"{t.turn_id}\trewrite of {t.turn_id}\n" for t in turns))
+        method = f"file:{source}"
+    elif not spec.offline:
+        server = FakeOpenAI().start()
+        method = "fake-gpt"
+        settings = {"base_url": server.url, "cache_dir": str(tmp_path / "cache"), "retry_delay": 0.0}
+    try:
+        records = apcir.reformulate(turns, method, out=tmp_path / "refs.jsonl", **settings)
+    finally:
+        if server is not None:
+            server.stop()
+    assert [records[t.turn_id].status for t in turns] == ["ok"] * len(turns)
+    for turn in turns:
+        output = records[turn.turn_id].output
+        assert output.level in LEVELS and output.rewrite.strip()
+        assert set(output.ptkb_used) <= set(turn.ptkb)
+    assert set(load_reformulations(tmp_path / "refs.jsonl")) == {t.turn_id for t in turns}
+    json.dumps([r.model_dump(mode="json") for r in records.values()])
