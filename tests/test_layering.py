@@ -116,3 +116,79 @@ def test_the_check_catches_a_bad_import(tmp_path, monkeypatch, source, expected)
         assert any(expected in problem for problem in violations())
     finally:
         bad.unlink()
+
+
+def module_graph(top_level_only: bool = False) -> dict[str, set[str]]:
+    """Which apcir modules each module imports (``top_level_only``: only the imports run at import time)."""
+    modules = {module_name(p): p for p in ROOT.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                       and isinstance(block.test, ast.Name) and block.test.id == "TYPE_CHECKING"
+                       for n in ast.walk(block)}  # annotations only: never imported at run time
+        nodes = [n for n in (tree.body if top_level_only else ast.walk(tree)) if id(n) not in typing_only]
+        found: set[str] = set()
+        for line, target in imports_of(nodes, path):
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+        graph[name] = found
+    return graph
+
+
+def imports_of(nodes: list[ast.AST], path: Path) -> list[tuple[int, str]]:
+    wanted = {id(n) for n in nodes}
+    return [(line, target) for line, target in imports(path) if any(
+        isinstance(n, (ast.Import, ast.ImportFrom)) and n.lineno == line for n in nodes)] if wanted else []
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every import loop (strongly connected component of more than one module), by Tarjan's algorithm."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_loop():
+    """No two modules import each other, directly or through others, not even inside functions (a package's
+    ``__init__`` re-exporting its modules is the one exception: its modules never import it back; imports
+    under ``if TYPE_CHECKING`` are annotations, never run)."""
+    graph = module_graph()
+    for name in graph:  # a package's __init__ importing its own modules is re-export, not a loop
+        graph[name] = {t for t in graph[name] if not (t.startswith(name + ".") and (ROOT.parent / Path(
+            *name.split("."))).is_dir())}
+    assert cycles(graph) == []
+
+
+def test_the_loop_check_sees_a_loop():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -30,20 +30,20 @@ filled in and said, per turn, in the record's ``notes``:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from apcir.console import shown
+from apcir.console import shown, warn
 from apcir.contract.records import Turn
 from apcir.contract.reformulations import LEVELS, ReformulationOutput, ReformulationRecord
 from apcir.errors import ApcirError
 from apcir.ids import canonical_turn_id
 from apcir.io import iter_lines, parse_json_line, read_json
 from apcir.reformulation.offline import heuristic_output
+from apcir.reformulation.registry import FILE_PREFIX as PREFIX
 from apcir.reformulation.settings import FILE_FIELDS, HEURISTIC_FALLBACK, LevelFallback
 
-PREFIX = "file:"
 _ID_FIELDS = ("turn_id", "qid", "id")
 
 
@@ -261,3 +261,37 @@ def _from_mapped_rows(
                          f"{', '.join(present[:20])})", path=path)
     warnings: list[str] = []
     return fields, warnings
+
+
+def produce(turns: Sequence[Turn], options: Any, emit: Callable[[ReformulationRecord], None], **_: Any) -> None:
+    """``file:PATH``'s records, with what the file lacks said in warnings."""
+    records, warnings = file_records(turns, options.method, options.map, options.level_fallback)
+    for message in warnings:
+        warn(message)
+    missing = [r.turn_id for r in records if r.status == "failed"]
+    if missing:
+        warn(f"{len(missing)} turn(s) have no usable reformulation in {options.method[len(PREFIX):]}: "
+             f"{shown(missing)}")
+    filled = [r for r in records if any(n.startswith("no level") for n in r.notes)]
+    if filled:
+        warn(f"{len(filled)} turn(s) have no level in the file; levels from the fallback '{options.level_fallback}'")
+    for record in records:
+        emit(record)
+
+
+def identity(turns: Sequence[Turn], options: Any) -> dict[str, Any]:
+    """The file's content, its field map and the level fallback (with the heuristic's code when it is used)."""
+    import hashlib
+
+    from apcir.reformulation.offline import source_identity
+
+    digest = hashlib.sha256(file_path(options.method).read_bytes()).hexdigest()[:16]
+    found: dict[str, Any] = {"file": digest, "map": dict(sorted(options.map.items())),
+                             "level_fallback": options.level_fallback}
+    if options.level_fallback == HEURISTIC_FALLBACK:
+        found["heuristic"] = source_identity()
+    return found
+
+
+def shaping(options: Any) -> dict[str, Any]:
+    return {k: v for k, v in identity([], options).items() if k != "heuristic"}

@@ -45,8 +45,9 @@ import hashlib
 import math
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from apcir.contract.records import Turn
 from apcir.contract.reformulations import Level, ReformulationOutput, ReformulationRecord, Usage
@@ -431,3 +432,20 @@ def offline_record(turn: Turn, model: str, make: Callable[[Turn], ReformulationO
 def source_identity() -> str:
     """A hash of this module's code: what the offline reformulators write changes only when it does."""
     return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+
+
+def identity(turns: Sequence[Turn], options: Any) -> dict[str, Any]:
+    """What identifies an offline reformulator's records: this module's code."""
+    return {"code": source_identity()}
+
+
+def produce_heuristic(turns: Sequence[Turn], options: Any, emit: Callable[[ReformulationRecord], None],
+                      **_: Any) -> None:
+    for turn in turns:
+        emit(offline_record(turn, options.method, heuristic_output, HEURISTIC_VERSION))
+
+
+def produce_manual(turns: Sequence[Turn], options: Any, emit: Callable[[ReformulationRecord], None],
+                   **_: Any) -> None:
+    for turn in turns:
+        emit(offline_record(turn, options.method, manual_output, MANUAL_VERSION))

@@ -7,101 +7,63 @@ fingerprint: change it and the stage is redone) and how it produces records.
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable, Sequence
+import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from apcir.console import shown, warn
-from apcir.contract.records import Turn
-from apcir.contract.reformulations import ReformulationRecord
-from apcir.llm.accounting import Accounting
-from apcir.reformulation import chat
-from apcir.reformulation.file import PREFIX as FILE_PREFIX
-from apcir.reformulation.file import file_path, file_records
-from apcir.reformulation.offline import (
-    HEURISTIC_VERSION,
-    MANUAL_VERSION,
-    heuristic_output,
-    manual_output,
-    offline_record,
-    source_identity,
-)
-from apcir.reformulation.settings import ReformulatorOptions
 from apcir.registry import Registry
 
-Emit = Callable[[ReformulationRecord], None]
-Produce = Callable[..., str | None]
+if TYPE_CHECKING:
+    from apcir.llm.accounting import Accounting
+    from apcir.reformulation.settings import ReformulatorOptions
+
+FILE_PREFIX = "file:"
 
 
 @dataclass(frozen=True)
 class ReformulatorSpec:
+    """A reformulator. ``identity``, ``produce`` and ``shaping`` are functions or ``"module:function"`` names,
+    imported only when used (so the settings can consult this registry without importing every reformulator):
+
+    * ``identity(turns, options) -> dict``: what identifies its output (the stage fingerprint's part);
+    * ``produce(turns, options, emit, *, accounting, refresh) -> structured mode or None``;
+    * ``shaping(options) -> dict``: the settings that shape every record whatever the turns.
+    """
+
     name: str
     description: str
     usage: str
-    """How ``llm`` names it."""
+    """How ``method`` names it."""
     offline: bool
-    identity: Callable[[Sequence[Turn], ReformulatorOptions], dict[str, Any]]
-    produce: Produce
-    """``produce(turns, options, emit, *, accounting, refresh) -> structured mode or None``."""
-    shaping: Callable[[ReformulatorOptions], dict[str, Any]] = lambda options: {}
-    """The settings that shape every record whatever the turns (a resume under other ones is refused)."""
+    identity: str | Callable[..., dict[str, Any]]
+    produce: str | Callable[..., str | None]
+    shaping: str | Callable[..., dict[str, Any]] | None = None
 
-
-def _offline(make: Callable[[Turn], Any], version: str) -> Produce:
-    def produce(turns: Sequence[Turn], options: ReformulatorOptions, emit: Emit, **_: Any) -> None:
-        for turn in turns:
-            emit(offline_record(turn, options.method, make, version))
-
-    return produce
-
-
-def _offline_identity(turns: Sequence[Turn], options: ReformulatorOptions) -> dict[str, Any]:
-    return {"code": source_identity()}
-
-
-def _from_file(turns: Sequence[Turn], options: ReformulatorOptions, emit: Emit, **_: Any) -> None:
-    records, warnings = file_records(turns, options.method, options.map, options.level_fallback)
-    for message in warnings:
-        warn(message)
-    missing = [r.turn_id for r in records if r.status == "failed"]
-    if missing:
-        listed = shown(missing)
-        warn(f"{len(missing)} turn(s) have no usable reformulation in {options.method[len(FILE_PREFIX):]}: {listed}")
-    filled = [r for r in records if any(n.startswith("no level") for n in r.notes)]
-    if filled:
-        warn(f"{len(filled)} turn(s) have no level in the file; levels from the fallback "
-             f"'{options.level_fallback}'")
-    for record in records:
-        emit(record)
-
-
-def _file_identity(turns: Sequence[Turn], options: ReformulatorOptions) -> dict[str, Any]:
-    digest = hashlib.sha256(file_path(options.method).read_bytes()).hexdigest()[:16]
-    identity: dict[str, Any] = {"file": digest, "map": dict(sorted(options.map.items())),
-                                "level_fallback": options.level_fallback}
-    if options.level_fallback == "heuristic":
-        identity["heuristic"] = source_identity()
-    return identity
-
-
-def _file_shaping(options: ReformulatorOptions) -> dict[str, Any]:
-    return {k: v for k, v in _file_identity([], options).items() if k != "heuristic"}
+    def call(self, which: str, *args: Any, **kwargs: Any) -> Any:
+        target = getattr(self, which)
+        if target is None:
+            return {}
+        if isinstance(target, str):
+            module, _, function = target.partition(":")
+            target = getattr(importlib.import_module(module), function)
+        return target(*args, **kwargs)
 
 
 REFORMULATORS: Registry[ReformulatorSpec] = Registry("reformulator", "apcir.reformulators")
 REFORMULATORS.add(ReformulatorSpec(
     "heuristic", "offline baseline: context terms from the history, a lexical level rule", "heuristic", True,
-    _offline_identity, _offline(heuristic_output, HEURISTIC_VERSION)))
+    "apcir.reformulation.offline:identity", "apcir.reformulation.offline:produce_heuristic"))
 REFORMULATORS.add(ReformulatorSpec(
-    "manual", "offline: the annotators' manual rewrites (HumanQR)", "manual", True, _offline_identity,
-    _offline(manual_output, MANUAL_VERSION)))
+    "manual", "offline: the annotators' manual rewrites (HumanQR)", "manual", True,
+    "apcir.reformulation.offline:identity", "apcir.reformulation.offline:produce_manual"))
 REFORMULATORS.add(ReformulatorSpec(
     "file", "reformulations made elsewhere: apcir JSONL, a TSV, or JSON/JSONL fields", "file:PATH", True,
-    _file_identity, _from_file, _file_shaping))
+    "apcir.reformulation.file:identity", "apcir.reformulation.file:produce", "apcir.reformulation.file:shaping"))
 REFORMULATORS.add(ReformulatorSpec(
     "llm", "any other name: that model on an OpenAI-compatible server, one request per turn", "MODEL (gpt-4o, ...)",
-    False, chat.identity, chat.produce, chat.shaping))
+    False, "apcir.reformulation.chat:identity", "apcir.reformulation.chat:produce",
+    "apcir.reformulation.chat:shaping"))
 
 
 def reformulator_for(llm: str) -> ReformulatorSpec:
@@ -124,4 +86,6 @@ def usage_help() -> str:
 
 
 def accounting_for(options: ReformulatorOptions) -> Accounting:
+    from apcir.llm.accounting import Accounting
+
     return Accounting(options.price_table())

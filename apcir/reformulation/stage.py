@@ -52,12 +52,12 @@ class ReformulateSummary(BatchSummary):
 def stage_identity(turns: list[Turn], options: ReformulatorOptions) -> dict[str, Any]:
     """What determines the records of ``turns`` (the stage fingerprint's input): see each reformulator."""
     spec = reformulator_for(options.method)
-    return {"reformulator": spec.name, "llm": options.method, **spec.identity(turns, options)}
+    return {"reformulator": spec.name, "llm": options.method, **spec.call("identity", turns, options)}
 
 
 def shaping_settings(options: ReformulatorOptions) -> dict[str, Any]:
     """The settings that shape a record whatever the turns (a resume with other ones is refused)."""
-    return {"llm": options.method, **reformulator_for(options.method).shaping(options)}
+    return {"llm": options.method, **reformulator_for(options.method).call("shaping", options)}
 
 
 # --- the output file -------------------------------------------------------------------------
@@ -123,7 +123,7 @@ def _reformulate(
                        settings=shaping) as writer:
             try:
                 if pending:
-                    final_mode = spec.produce(pending, options, writer, accounting=accounting, refresh=refresh)
+                    final_mode = spec.call("produce", pending, options, writer, accounting=accounting, refresh=refresh)
             finally:
                 summary = _summary(out, options.method, turns, existing, writer, accounting, config, started,
                                    final_mode)

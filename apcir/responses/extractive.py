@@ -14,12 +14,15 @@ sentences were chosen for the rewrite those statements personalised).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 from apcir.contract.responses import ResponseRecord, cited_numbers
 from apcir.responses.job import ResponseJob, failed_record, unusable
+from apcir.responses.registry import EXTRACTIVE as NAME
 from apcir.responses.settings import RespondSettings
 from apcir.responses.text import cite, count_words, cut_to_words, sentences, tfidf_similarities
 
-NAME = "extractive"
 MIN_SENTENCE_WORDS = 3
 
 
@@ -71,3 +74,16 @@ def extractive_record(job: ResponseJob, settings: RespondSettings) -> ResponseRe
 
 
 __all__ = ["NAME", "extractive_record", "failed_record"]
+
+
+def produce(jobs: Sequence[ResponseJob], settings: RespondSettings, emit: Callable[[ResponseRecord], None],
+            **_: Any) -> None:
+    for job in jobs:
+        emit(extractive_record(job, settings))
+
+
+def identity(settings: RespondSettings) -> dict[str, Any]:
+    from apcir.responses.registry import code_digest
+
+    return {"code": code_digest("extractive.py", "job.py", "text.py"),
+            **settings.model_dump(include={"top_k", "max_words", "max_sentences"})}

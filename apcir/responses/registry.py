@@ -8,59 +8,57 @@ fingerprint: change it and the stage is redone) and how it produces records.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from apcir.contract.responses import ResponseRecord
-from apcir.llm.accounting import Accounting
 from apcir.registry import Registry
-from apcir.responses import chat
-from apcir.responses.extractive import NAME as EXTRACTIVE
-from apcir.responses.extractive import extractive_record
-from apcir.responses.job import ResponseJob
-from apcir.responses.settings import RespondSettings
 
-Emit = Callable[[ResponseRecord], None]
-Produce = Callable[..., str | None]
+if TYPE_CHECKING:
+    from apcir.llm.accounting import Accounting
+    from apcir.responses.settings import RespondSettings
+
 _HERE = Path(__file__).resolve().parent
+EXTRACTIVE = "extractive"
 
 
 @dataclass(frozen=True)
 class ResponderSpec:
+    """A responder. ``identity(settings) -> dict`` (what identifies its output) and ``produce(jobs, settings,
+    emit, *, accounting, refresh) -> structured mode or None`` are functions or ``"module:function"`` names,
+    imported only when used (so the settings can consult this registry without importing every responder)."""
+
     name: str
     description: str
     usage: str
     """How ``responder`` names it."""
     offline: bool
-    identity: Callable[[RespondSettings], dict[str, Any]]
-    produce: Produce
-    """``produce(jobs, settings, emit, *, accounting, refresh) -> structured mode or None``."""
+    identity: str | Callable[..., dict[str, Any]]
+    produce: str | Callable[..., str | None]
+
+    def call(self, which: str, *args: Any, **kwargs: Any) -> Any:
+        target = getattr(self, which)
+        if isinstance(target, str):
+            module, _, function = target.partition(":")
+            target = getattr(importlib.import_module(module), function)
+        return target(*args, **kwargs)
 
 
-def _code(*files: str) -> str:
+def code_digest(*files: str) -> str:
+    """A hash of some of this package's source files (what a responder's output depends on)."""
     digest = hashlib.sha256()
     for name in files:
         digest.update((_HERE / name).read_bytes())
     return digest.hexdigest()[:16]
 
 
-def _extractive(jobs: Sequence[ResponseJob], settings: RespondSettings, emit: Emit, **_: Any) -> None:
-    for job in jobs:
-        emit(extractive_record(job, settings))
-
-
-def _extractive_identity(settings: RespondSettings) -> dict[str, Any]:
-    return {"code": _code("extractive.py", "job.py", "text.py"),
-            **settings.model_dump(include={"top_k", "max_words", "max_sentences"})}
-
-
-def _llm_identity(settings: RespondSettings) -> dict[str, Any]:
+def llm_identity(settings: RespondSettings) -> dict[str, Any]:
     """What is sent: the prompt code, the model and the generation parameters (the cache key's parts)."""
     from apcir.llm.settings import public_url
 
-    return {"code": _code("prompt.py", "chat.py", "job.py", "text.py"), "params": settings.params(),
+    return {"code": code_digest("prompt.py", "chat.py", "job.py", "text.py"), "params": settings.params(),
             "structured": settings.structured, "base_url": public_url(settings.resolved_base_url()),
             "max_prompt_tokens": settings.max_prompt_tokens,
             **settings.model_dump(include={"top_k", "max_words"})}
@@ -69,10 +67,10 @@ def _llm_identity(settings: RespondSettings) -> dict[str, Any]:
 RESPONDERS: Registry[ResponderSpec] = Registry("responder")
 RESPONDERS.add(ResponderSpec(
     EXTRACTIVE, "offline baseline, not an LLM: the top passages' sentences most similar to the rewrite, each cited",
-    EXTRACTIVE, True, _extractive_identity, _extractive))
+    EXTRACTIVE, True, "apcir.responses.extractive:identity", "apcir.responses.extractive:produce"))
 RESPONDERS.add(ResponderSpec(
     "llm", "any other name: that model on an OpenAI-compatible server, one request per turn", "MODEL (gpt-4o, ...)",
-    False, _llm_identity, chat.produce))
+    False, llm_identity, "apcir.responses.chat:produce"))
 
 
 def responder_for(name: str) -> ResponderSpec:
@@ -88,4 +86,6 @@ def usage_help() -> str:
 
 
 def accounting_for(settings: RespondSettings) -> Accounting:
+    from apcir.llm.accounting import Accounting
+
     return Accounting(settings.price_table())

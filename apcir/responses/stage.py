@@ -46,7 +46,7 @@ class RespondSummary(BatchSummary):
 def stage_identity(settings: RespondSettings) -> dict[str, Any]:
     """What determines the records, given the same inputs (the stage fingerprint's part from the settings)."""
     spec = responder_for(settings.responder)
-    return {"responder": spec.name, "name": settings.responder, **spec.identity(settings)}
+    return {"responder": spec.name, "name": settings.responder, **spec.call("identity", settings)}
 
 
 def shaping_settings(settings: RespondSettings) -> dict[str, Any]:
@@ -104,7 +104,7 @@ def _respond(jobs: list[ResponseJob], settings: RespondSettings, out: Path, *, r
                        settings=shaping_settings(settings)) as writer:
             try:
                 if pending:
-                    final_mode = spec.produce(pending, settings, writer, accounting=accounting, refresh=refresh)
+                    final_mode = spec.call("produce", pending, settings, writer, accounting=accounting, refresh=refresh)
             finally:
                 summary = _summary(out, settings, jobs, done, writer, accounting, config, started, final_mode)
     finally:
