@@ -39,8 +39,8 @@ def test_every_encoder_kind_has_a_test_model():
 def test_every_backend_builds_searches_and_reports_its_capabilities(backend, small, tmp_path):
     from apcir.retrieval.backends import VectorBackend, can_encode, open_index
     from apcir.retrieval.build import build_index
-    from apcir.retrieval.stage import passage_texts_for
     from apcir.retrieval.settings import RetrievalSettings
+    from apcir.retrieval.stage import passage_texts_for
 
     _, collection, _, chosen = small
     spec = BACKENDS.get(backend)

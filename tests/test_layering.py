@@ -129,7 +129,7 @@ def module_graph(top_level_only: bool = False) -> dict[str, set[str]]:
                        for n in ast.walk(block)}  # annotations only: never imported at run time
         nodes = [n for n in (tree.body if top_level_only else ast.walk(tree)) if id(n) not in typing_only]
         found: set[str] = set()
-        for line, target in imports_of(nodes, path):
+        for _, target in imports_of(nodes, path):
             while target and target not in modules:
                 target = target.rpartition(".")[0]
             if target and target != name:

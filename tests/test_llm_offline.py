@@ -10,7 +10,7 @@ import pytest
 from apcir import datasets
 from apcir.contract.records import HistoryEntry, Turn
 from apcir.contract.reformulations import load_reformulations
-from apcir.reformulation.offline import heuristic_output, manual_output, offline_record, ptkb_similarities
+from apcir.reformulation.offline import heuristic_output, heuristic_record, manual_output, ptkb_similarities
 from apcir.reformulation.registry import is_offline
 from apcir.reformulation.settings import ReformulatorOptions
 from apcir.reformulation.stage import reformulate
@@ -139,6 +139,5 @@ def test_offline_reformulate_all_ikat23_turns_without_network(tmp_path, no_netwo
 
 def test_offline_record_is_deterministic():
     turn = datasets.topics("ikat23-test")[7]
-    assert offline_record(turn, "heuristic") == offline_record(turn, "heuristic")
-    with pytest.raises(ValueError):
-        offline_record(turn, "gpt-4o")
+    assert heuristic_record(turn) == heuristic_record(turn)
+    assert heuristic_record(turn).model == "heuristic" and heuristic_record(turn).status == "ok"

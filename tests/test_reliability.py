@@ -51,7 +51,7 @@ def test_an_unknown_option_is_one_line(run_cli, command):
 @pytest.mark.parametrize("args, expected", [
     (["nope"], "No such command 'nope'"),
     (["evaluate"], "Missing argument"),
-    (["reformulate", "--topics", "ikat23-test", "--out", "x.jsonl"], "Missing option '--llm'"),
+    (["reformulate", "--topics", "ikat23-test", "--out", "x.jsonl"], "Missing option '--method'"),
     (["reformulate", "--topics", "ikat23-test", "--llm", "m", "--out", "x.jsonl", "--concurrency", "0"],
      "--concurrency"),
     (["retrieve", "--index", "x", "--queries"], "requires an argument"),

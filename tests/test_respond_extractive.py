@@ -9,7 +9,7 @@ import pytest
 from apcir import datasets
 from apcir.contract.reformulations import ReformulationOutput, ReformulationRecord
 from apcir.contract.responses import cited_numbers, load_responses, strip_citations
-from apcir.reformulation.offline import offline_record
+from apcir.reformulation.offline import heuristic_record
 from apcir.responses.extractive import extractive_record
 from apcir.responses.job import build_jobs
 from apcir.responses.ptkb import profile_order
@@ -30,7 +30,7 @@ def run_for(turns, per_turn=8):
 
 
 def job(texts, turn=TURNS[2], **overrides):
-    record = offline_record(turn, "heuristic")
+    record = heuristic_record(turn)
     passages = {**texts, **overrides}
     (made,) = build_jobs([turn], {turn.turn_id: record}, run_for([turn]), passages, profile_order([turn]), 5)
     return made
@@ -51,7 +51,7 @@ def test_grounded_cited_deterministic_and_within_budget(texts):
         pid = first.passages[number - 1]
         pieces = [strip_citations(s) for s in first.text.split(f"[{number}]")[:-1]]
         assert any(piece.split(". ")[-1].strip()[:30] in texts[pid] for piece in pieces)
-    assert first.ptkb_used == offline_record(TURNS[2], "heuristic").output.ptkb_used
+    assert first.ptkb_used == heuristic_record(TURNS[2]).output.ptkb_used
 
 
 def test_an_empty_passage_text_is_skipped_and_said(texts):
@@ -81,7 +81,7 @@ def write_inputs(tmp_path, turns, run):
     run_path.write_text("".join(f"{t} Q0 {p} {r + 1} {s} x\n" for t, hits in run.items()
                                 for r, (p, s) in enumerate(sorted(hits.items(), key=lambda kv: -kv[1]))))
     refs = tmp_path / "refs.jsonl"
-    refs.write_text("".join(offline_record(t, "heuristic").model_dump_json() + "\n" for t in turns))
+    refs.write_text("".join(heuristic_record(t).model_dump_json() + "\n" for t in turns))
     return run_path, refs
 
 

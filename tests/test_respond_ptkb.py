@@ -10,7 +10,7 @@ from apcir import datasets
 from apcir.contract.reformulations import ReformulationOutput, ReformulationRecord
 from apcir.errors import ApcirError
 from apcir.metrics import evaluate
-from apcir.reformulation.offline import offline_record
+from apcir.reformulation.offline import heuristic_record
 from apcir.responses.ptkb import as_run, bm25_similarity, load_ptkb_run, rank_by, rank_statements, write_ptkb_run
 
 TURNS = datasets.topics("ikat23-test")
@@ -60,7 +60,7 @@ MEASURES = ["nDCG@3", "P@3", "Recall@3", "MRR", "MAP"]
 
 def test_on_ikat23_the_apcir_ranking_beats_the_profile_order():
     qrels = datasets.qrels("ikat23-test-ptkb")
-    records = {t.turn_id: offline_record(t, "heuristic") for t in TURNS}
+    records = {t.turn_id: heuristic_record(t) for t in TURNS}
     results = {}
     for name, (ranked, _) in {"profile": rank_by("profile", TURNS), "heuristic": rank_by("heuristic", TURNS),
                               "apcir": rank_by("apcir", TURNS, records, "bm25")}.items():
@@ -99,7 +99,7 @@ def test_the_readme_numbers(run_cli, tmp_path):
 def test_reformulations_that_miss_topic_turns_are_counted(run_cli, tmp_path):
     turns = datasets.topics("ikat23-test")[:3]
     refs = tmp_path / "refs.jsonl"
-    refs.write_text("".join(offline_record(t, "heuristic").model_dump_json() + "\n" for t in turns[:2]))
+    refs.write_text("".join(heuristic_record(t).model_dump_json() + "\n" for t in turns[:2]))
     selected = ",".join(t.turn_id for t in turns)
     code, _, err = run_cli("rank-ptkb", "-t", "ikat23-test", "--turns", selected, "-r", str(refs), "-o",
                            str(tmp_path / "p.run"))

@@ -41,7 +41,7 @@ def experiment(small, name, reformulator, **top):
     root, collection, index, chosen = small
     return ExperimentConfig.model_validate({
         "name": name, "topics": "ikat23-test", "turns": picked(small), "output_dir": str(root / name),
-        "reformulator": {**({} if reformulator["llm"].startswith("file:") or reformulator["llm"] in ("heuristic", "manual")
+        "reformulator": {**({} if reformulator["method"].startswith("file:") or reformulator["method"] in ("heuristic", "manual")
                             else {"cache_dir": str(root / f"cache-{name}"), "concurrency": 1}), **reformulator},
         "retrieval": {"index": str(index), "collection": str(collection), "encoder": "splade-tiny"},
         "fusion": {"weights": {"source": "cv", "folds": 2, "step": 0.1}, "baselines": ["list-rewrite", "equal"]},

@@ -110,11 +110,11 @@ def text_inputs(inputs: SystemInputs, turns: Sequence[Turn], records: dict[str, 
 def qr_fusion_run(context: StageContext, records: dict[str, ReformulationRecord],
                   turn_weights: dict[str, tuple[float, ...]], depth: int, backend_name: str) -> Run | None:
     """Query-representation fusion: each turn's three query vectors summed with its APCIR weights, one search."""
-    from apcir.retrieval.backends import VectorBackend, can_encode
+    from apcir.retrieval.backends import can_encode
     from apcir.retrieval.representation import search_fused_representation
 
     backend = context.backend()
-    if not (isinstance(backend, VectorBackend) and can_encode(backend)):
+    if not (callable(getattr(backend, "search_vectors", None)) and can_encode(backend)):  # sparse or dense vectors
         warn(f"not built: qr-fusion (the {backend_name} index has no query encoder whose vectors could be summed)")
         return None
     inputs = {t: [r.list_inputs()[name] for name in LIST_NAMES] for t, r in records.items()

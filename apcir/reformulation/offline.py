@@ -449,3 +449,13 @@ def produce_manual(turns: Sequence[Turn], options: Any, emit: Callable[[Reformul
                    **_: Any) -> None:
     for turn in turns:
         emit(offline_record(turn, options.method, manual_output, MANUAL_VERSION))
+
+
+def heuristic_record(turn: Turn) -> ReformulationRecord:
+    """The heuristic reformulator's record of one turn."""
+    return offline_record(turn, "heuristic", heuristic_output, HEURISTIC_VERSION)
+
+
+def manual_record(turn: Turn) -> ReformulationRecord:
+    """The annotators' rewrite of one turn, as a record."""
+    return offline_record(turn, "manual", manual_output, MANUAL_VERSION)
