@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
-from collections.abc import Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar, get_type_hints
 
+import typer
 from pydantic import BaseModel, ValidationError
 from rich.table import Table
 
@@ -14,7 +19,7 @@ from apcir.console import out as console
 from apcir.errors import ApcirError
 from apcir.llm.batch import BatchSummary
 
-__all__ = ["console", "err_console", "means_table", "print_json", "settings"]
+__all__ = ["console", "err_console", "llm_options", "llm_values", "means_table", "print_json", "settings"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -89,3 +94,77 @@ def print_batch_summary(summary: BatchSummary, title: str, extra: Sequence[tuple
             highlight=False,
         )
     console.print(f"summary: {summary.summary_path}", highlight=False)
+
+
+# ---- the LLM options, one definition for every command that asks a model ------------------------------
+@dataclass(frozen=True)
+class _Option:
+    name: str
+    annotation: Any
+    default: Any
+    flags: tuple[str, ...]
+    help: str
+    minimum: float | None = None
+
+
+LLM_OPTIONS: tuple[_Option, ...] = (
+    _Option("base_url", str | None, None, ("--base-url",),
+            "OpenAI-compatible server, e.g. http://localhost:8000/v1 (default OPENAI_BASE_URL)."),
+    _Option("api_key_env", str | None, None, ("--api-key-env",),
+            "Environment variable holding the API key (default OPENAI_API_KEY)."),
+    _Option("cache_dir", Path | None, None, ("--cache-dir",),
+            "LLM answer cache (default $APCIR_CACHE_DIR or ~/.cache/apcir/llm)."),
+    _Option("no_cache", bool, False, ("--no-cache",), "Neither read nor write the cache."),
+    _Option("concurrency", int | None, None, ("--concurrency", "-j"), "Requests in flight at most (default 8).", 1),
+    _Option("structured", str | None, None, ("--structured",),
+            "Structured output: auto (default), json_schema, json_object_schema, json_object or none."),
+    _Option("temperature", float | None, None, ("--temperature",), "Sampling temperature (default 0)."),
+    _Option("max_tokens", int | None, None, ("--max-tokens",), "Answer length limit in tokens.", 1),
+    _Option("timeout", float | None, None, ("--timeout",),
+            "Seconds before a request is abandoned (and retried; default 120)."),
+    _Option("max_retries", int | None, None, ("--max-retries",), "Retries on 429, 5xx and timeouts (default 6).", 0),
+    _Option("retry_delay", float | None, None, ("--retry-delay",),
+            "First backoff delay in seconds (doubles; default 1).", 0.0),
+    _Option("max_prompt_tokens", int | None, None, ("--max-prompt-tokens",),
+            "Fit every prompt to this many tokens (the server's context window minus --max-tokens).", 16),
+    _Option("prices", Path | None, None, ("--prices",), 'JSON price file {"model": {"input": $/1M, "output": $/1M}}.'),
+)
+
+
+def llm_options(prefix: str = "", exclude: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give a command the LLM options (one definition for all of them), collected into its ``llm`` argument,
+    a dict of the values given (``llm_values`` turns it into settings fields). ``prefix`` starts each help line
+    (``"Judge: "``); ``exclude`` leaves options out."""
+    chosen = [o for o in LLM_OPTIONS if o.name not in exclude]
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        hints = get_type_hints(command)
+        signature = inspect.signature(command)
+        params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in signature.parameters.values()
+                  if p.name != "llm"]
+        for option in chosen:
+            info = typer.Option(option.default, *option.flags, help=prefix + option.help, min=option.minimum)
+            params.append(inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, default=info,
+                                            annotation=option.annotation))
+
+        @functools.wraps(command)
+        def wrapper(**values: Any) -> Any:
+            given = {o.name: values.pop(o.name) for o in chosen}
+            return command(**values, llm=given)
+
+        wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params} | {"return": hints.get("return")}
+        del wrapper.__wrapped__  # typer must read the new signature, not the command's
+        return wrapper
+
+    return decorate
+
+
+def llm_values(given: dict[str, Any]) -> dict[str, Any]:
+    """The LLM options given on the command line as settings fields (None: not given)."""
+    values = dict(given)
+    for name in ("cache_dir", "prices"):
+        if values.get(name) is not None:
+            values[name] = str(values[name])
+    values["no_cache"] = values.get("no_cache") or None
+    return values

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
 
 from apcir import datasets
-from apcir.cli.common import console, err_console, means_table, print_json, settings
+from apcir.cli.common import console, err_console, llm_options, llm_values, means_table, print_json, settings
 from apcir.contract.levels import load_levels
 from apcir.contract.responses import load_responses
 from apcir.contract.runs import read_run_file
@@ -146,6 +147,7 @@ def _print_json(comparison, labels, per_turn, rel_threshold, complete) -> None: 
     })
 
 
+@llm_options("Judge: ", exclude=("temperature", "max_tokens"))
 def evaluate_responses_command(
     responses: Path = typer.Argument(..., help="Responses JSONL of `apcir respond`."),
     topics: str = typer.Option(..., "--topics", "-t", help="Topics with the canonical responses (name or file)."),
@@ -155,32 +157,16 @@ def evaluate_responses_command(
     ),
     rel_threshold: int = typer.Option(1, "--rel-threshold", "-l", min=1, help="Lowest grade of a relevant passage."),
     judge: str | None = typer.Option(None, "--judge", help="LLM judge model (gpt-4o, ...); default: no judge."),
-    base_url: str = typer.Option(None, "--base-url", help="Judge: OpenAI-compatible server (default OPENAI_BASE_URL)."),
-    api_key_env: str | None = typer.Option(None, "--api-key-env", help="Judge: environment variable of the key (default OPENAI_API_KEY)."),
-    cache_dir: Path = typer.Option(None, "--cache-dir", help="Judge: answer cache (default ~/.cache/apcir/llm)."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Judge: neither read nor write the cache."),
-    concurrency: int | None = typer.Option(None, "--concurrency", "-j", min=1, help="Judge: requests in flight at most (default 8)."),
-    structured: str | None = typer.Option(None, "--structured", help="Judge: auto (default), json_schema, json_object_schema, json_object or none."),
-    max_retries: int | None = typer.Option(None, "--max-retries", min=0, help="Judge: retries on 429, 5xx and timeouts (default 6)."),
-    retry_delay: float | None = typer.Option(None, "--retry-delay", min=0.0, help="Judge: first backoff delay in seconds (default 1)."),
-    timeout: float | None = typer.Option(None, "--timeout", help="Judge: seconds before a request is abandoned (default 120)."),
-    max_prompt_tokens: int | None = typer.Option(
-        None, "--max-prompt-tokens", min=16, help="Judge: fit every prompt to this many tokens (context window minus "
-        "--max-tokens); a prompt over it leaves its turn unjudged, unsent."),
-    prices: Path = typer.Option(None, "--prices", help="Judge: JSON price file."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write every number (per turn too) as JSON here."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+    llm: dict[str, Any] | None = None,
 ) -> None:
     """Evaluate responses: ROUGE-L against the canonical responses, citation precision from the qrels, an LLM judge."""
-    judge_settings = settings(
-        JudgeSettings, model=judge, base_url=base_url, api_key_env=api_key_env,
-        cache_dir=str(cache_dir) if cache_dir else None, no_cache=no_cache or None, concurrency=concurrency,
-        structured=structured, max_retries=max_retries, retry_delay=retry_delay, timeout=timeout,
-        prices=str(prices) if prices else None, max_prompt_tokens=max_prompt_tokens,
-    )
+    given = llm or {}
+    judge_settings = settings(JudgeSettings, model=judge, **llm_values(given))
     if out is not None:
         check_writable(out, "response metrics")
-        refuse_inputs_as_outputs([out], [responses, topics, qrels, levels, prices, cache_dir])
+        refuse_inputs_as_outputs([out], [responses, topics, qrels, levels, given.get("prices"), given.get("cache_dir")])
     records = load_responses(responses)
     if not records:
         raise ApcirError("no response records", path=responses)

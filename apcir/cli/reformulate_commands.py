@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
 
 from apcir import datasets
-from apcir.cli.common import console, print_batch_summary, print_json, settings
+from apcir.cli.common import console, llm_options, llm_values, print_batch_summary, print_json, settings
 from apcir.console import rule
 from apcir.errors import ApcirError
 from apcir.io import refuse_inputs_as_outputs
@@ -43,28 +44,15 @@ def prompt_options(
     )
 
 
+@llm_options()
 def reformulate_command(
     topics: str = typer.Option(..., "--topics", "-t", help="Bundled topics (ikat23-test, ...) or a topic file."),
-    llm: str = typer.Option(..., "--method", "--llm", "-m", help=f"Who reformulates: {usage_help()}."),
+    method: str = typer.Option(..., "--method", "--llm", "-m", help=f"Who reformulates: {usage_help()}."),
     out: Path = typer.Option(..., "--out", "-o", help="Reformulations JSONL (appended; a re-run resumes)."),
     turns: list[str] = typer.Option(None, "--turns", help="Only these turn ids (repeat or comma-separate)."),
     judged_only: str = typer.Option(None, "--judged-only", help="Only turns judged in these qrels (name or file)."),
-    base_url: str = typer.Option(
-        None, "--base-url", help="OpenAI-compatible server, e.g. http://localhost:8000/v1 (default OPENAI_BASE_URL)."
-    ),
-    api_key_env: str | None = typer.Option(
-        None, "--api-key-env", help="Environment variable holding the API key (default OPENAI_API_KEY)."
-    ),
-    cache_dir: Path = typer.Option(
-        None, "--cache-dir", help="LLM answer cache (default $APCIR_CACHE_DIR or ~/.cache/apcir/llm)."
-    ),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the cache."),
     refresh: bool = typer.Option(
         False, "--refresh", help="Start over: ignore the output's records and cached answers (the cache is updated)."
-    ),
-    concurrency: int | None = typer.Option(None, "--concurrency", "-j", min=1, help="Requests in flight at most (default 8)."),
-    structured: str | None = typer.Option(
-        None, "--structured", help="Structured output: auto (default), json_schema, json_object_schema, json_object or none."
     ),
     no_cot: bool = _NO_COT,
     no_level_examples: bool = _NO_EXAMPLES,
@@ -72,19 +60,6 @@ def reformulate_command(
     no_demonstrations: bool = _NO_DEMOS,
     history_turns: int = _HISTORY,
     history_response_chars: int = _RESPONSE_CHARS,
-    temperature: float | None = typer.Option(None, "--temperature", help="Sampling temperature (default 0)."),
-    max_tokens: int | None = typer.Option(None, "--max-tokens", min=1, help="Answer length limit in tokens (default 1024)."),
-    timeout: float | None = typer.Option(None, "--timeout", help="Seconds before a request is abandoned (and retried; default 120)."),
-    max_retries: int | None = typer.Option(None, "--max-retries", min=0, help="Retries on 429, 5xx and timeouts (default 6)."),
-    retry_delay: float | None = typer.Option(
-        None, "--retry-delay", min=0.0, help="First backoff delay in seconds (doubles; default 1)."
-    ),
-    max_prompt_tokens: int | None = typer.Option(
-        None, "--max-prompt-tokens", min=16, help="fit every prompt to this many tokens (context window minus "
-        "--max-tokens); turns over it lose their oldest history, then demonstrations, then history responses."),
-    prices: Path = typer.Option(
-        None, "--prices", help='JSON price file {"model": {"input": $/1M, "output": $/1M}}.'
-    ),
     field_map: list[str] = typer.Option(
         None, "--map", help="file:PATH only: apcir_field=file_field pairs, e.g. rewrite=rar_rw,response=rar_rs."
     ),
@@ -93,20 +68,16 @@ def reformulate_command(
     ),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    llm: dict[str, Any] | None = None,
 ) -> None:
     """Personalisation level and three reformulations per turn, one JSONL record per turn."""
-    options = settings(
-        ReformulatorOptions,
-        method=llm, base_url=base_url, api_key_env=api_key_env, concurrency=concurrency,
-        cache_dir=str(cache_dir) if cache_dir else None, no_cache=no_cache or None, structured=structured,
-        temperature=temperature, max_tokens=max_tokens, timeout=timeout, max_retries=max_retries,
-        retry_delay=retry_delay, prices=str(prices) if prices else None,
-        max_prompt_tokens=max_prompt_tokens, prompt=_given(prompt_options(no_cot, no_level_examples, demonstrations, no_demonstrations, history_turns,
-                                     history_response_chars)),
-        map=parse_map(field_map) or None, level_fallback=level_fallback,
-    )
-    refuse_inputs_as_outputs([out], [topics, judged_only, llm.removeprefix("file:") if llm.startswith("file:")
-                                      else None, prices, cache_dir])
+    given = llm or {}
+    prompt = prompt_options(no_cot, no_level_examples, demonstrations, no_demonstrations, history_turns,
+                            history_response_chars)
+    options = settings(ReformulatorOptions, method=method, **llm_values(given), prompt=_given(prompt),
+                       map=parse_map(field_map) or None, level_fallback=level_fallback)
+    refuse_inputs_as_outputs([out], [topics, judged_only, method.removeprefix("file:") if method.startswith("file:")
+                                      else None, given.get("prices"), given.get("cache_dir")])
     selected = datasets.select_turns(topics, turns, judged_only)
     summary = reformulate(selected, options, out, refresh=refresh, progress=not no_progress)
     if as_json:

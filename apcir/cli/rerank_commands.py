@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
 
-from apcir.cli.common import console, err_console, print_json, settings
+from apcir.cli.common import console, err_console, llm_options, llm_values, print_json, settings
 from apcir.contract.reformulations import LIST_NAMES
 from apcir.contract.runs import read_run_file, write_run
 from apcir.errors import ApcirError
@@ -20,6 +21,7 @@ from apcir.reranking.settings import RerankSettings
 _DEFAULTS = ", ".join(f"{spec.name} {spec.default_model}" for spec in RERANKERS)
 
 
+@llm_options("rankgpt: ", exclude=("structured",))
 def rerank_command(
     run: Path = typer.Option(..., "--run", "-r", help="The TREC run to re-rank."),
     queries: Path = typer.Option(
@@ -49,46 +51,29 @@ def rerank_command(
         None, "--windows", help="rankgpt: 'rankgpt' (RankGPT's loop, default) or 'cover' (one more window at the top)."
     ),
     max_words: int | None = typer.Option(None, "--max-words", help="rankgpt: words per passage sent (default 300)."),
-    base_url: str | None = typer.Option(None, "--base-url", help="rankgpt: OpenAI-compatible server URL."),
-    api_key_env: str | None = typer.Option(None, "--api-key-env", help="rankgpt: variable holding the API key."),
-    concurrency: int | None = typer.Option(None, "--concurrency", "-j", help="rankgpt: requests in flight (8)."),
-    timeout: float | None = typer.Option(None, "--timeout", help="rankgpt: seconds per request (120)."),
-    max_retries: int | None = typer.Option(None, "--max-retries", help="rankgpt: retries on 429/5xx/timeouts (6)."),
-    retry_delay: float | None = typer.Option(None, "--retry-delay", help="rankgpt: first backoff delay (1 s)."),
-    temperature: float | None = typer.Option(None, "--temperature", help="rankgpt: sampling temperature (0)."),
-    max_tokens: int | None = typer.Option(None, "--max-tokens", help="rankgpt: answer length limit (1024)."),
-    cache_dir: Path | None = typer.Option(None, "--cache-dir", help="rankgpt: LLM answer cache folder."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="rankgpt: neither read nor write the cache."),
-    max_prompt_tokens: int | None = typer.Option(
-        None, "--max-prompt-tokens", min=16, help="rankgpt: fit every prompt to this many tokens (context window minus "
-        "--max-tokens); a window over it fails unsent and keeps its order."),
-    prices: Path | None = typer.Option(None, "--prices", help='rankgpt: JSON {"model": {"input": $/1M, ...}}.'),
     tag: str | None = typer.Option(None, "--tag", help="Run tag (default: the input run's tag + '+' + re-ranker)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    llm: dict[str, Any] | None = None,
 ) -> None:
     """Re-rank the top --depth passages of every turn of a run; write a TREC run."""
     from apcir.datasets import collection_path
     from apcir.reranking.stage import query_text, rerank_run, texts_for
     from apcir.retrieval.queries import is_jsonl, load_queries
 
-    llm = settings(
-        LLMSettings, base_url=base_url, api_key_env=api_key_env, concurrency=concurrency, timeout=timeout,
-        max_retries=max_retries, retry_delay=retry_delay, temperature=temperature, max_tokens=max_tokens,
-        cache_dir=str(cache_dir) if cache_dir else None, no_cache=no_cache or None,
-        prices=str(prices) if prices else None, max_prompt_tokens=max_prompt_tokens,
-    )
+    given = llm or {}
+    asking = settings(LLMSettings, **llm_values(given))
     options = settings(
         RerankSettings, reranker=reranker, model=model, depth=depth, field=field, batch_size=batch_size,
         device=device, max_length=max_length, true_token=true_token, false_token=false_token, window=window,
-        step=step, windows=windows, max_words=max_words, llm=llm if llm.model_fields_set else None,
+        step=step, windows=windows, max_words=max_words, llm=asking if asking.model_fields_set else None,
     )
     if tag is not None and not tag.strip():
         raise ApcirError("--tag is empty; give a word, or leave it out for the default (the input's tag + the "
                          "re-ranker)")
     check_writable(out, "run file")
     collection_file = collection_path(collection)
-    refuse_inputs_as_outputs([out], [run, queries, collection_file, prices, cache_dir])
+    refuse_inputs_as_outputs([out], [run, queries, collection_file, given.get("prices"), given.get("cache_dir")])
     query_set = load_queries(queries, options.field if is_jsonl(queries) else field)
     for turn, reason in query_set.skipped.items():
         err_console.print(f"[yellow]warning:[/] turn {turn} has no query: {reason}", highlight=False)

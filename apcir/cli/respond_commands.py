@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from apcir import datasets
-from apcir.cli.common import console, print_batch_summary, print_json, settings
+from apcir.cli.common import console, llm_options, llm_values, print_batch_summary, print_json, settings
 from apcir.contract.reformulations import load_reformulations, reformulation_statements, warn_unknown_statements
 from apcir.contract.runs import read_run_file
 from apcir.errors import ApcirError
@@ -83,6 +84,7 @@ def rank_ptkb_command(
     console.print(f"ranked the statements of {len(ranked)} turns ({how}) -> {out}{hint}", highlight=False)
 
 
+@llm_options()
 def respond_command(
     run: Path = typer.Argument(..., help="TREC run (the final, fused run): its top passages are cited."),
     topics: str = typer.Option(..., "--topics", "-t", help="Bundled topics or a topic file."),
@@ -99,36 +101,18 @@ def respond_command(
     max_words: int = typer.Option(250, "--max-words", min=10, max=1000, help="Word budget of a response."),
     max_sentences: int | None = typer.Option(None, "--max-sentences", min=1, max=50, help="extractive: most sentences taken (default 5)."),
     turns: list[str] = typer.Option(None, "--turns", help="Only these turn ids (repeat or comma-separate)."),
-    base_url: str = typer.Option(None, "--base-url", help="OpenAI-compatible server (default OPENAI_BASE_URL)."),
-    api_key_env: str | None = typer.Option(None, "--api-key-env", help="Environment variable of the API key (default OPENAI_API_KEY)."),
-    cache_dir: Path = typer.Option(None, "--cache-dir", help="LLM answer cache (default $APCIR_CACHE_DIR or "
-                                                              "~/.cache/apcir/llm)."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the cache."),
     refresh: bool = typer.Option(False, "--refresh", help="Start over: ignore the output's records and the cache."),
-    concurrency: int | None = typer.Option(None, "--concurrency", "-j", min=1, help="Requests in flight at most (default 8)."),
-    structured: str | None = typer.Option(None, "--structured", help="auto (default), json_schema, json_object_schema, json_object or none."),
-    temperature: float | None = typer.Option(None, "--temperature", help="Sampling temperature (default 0)."),
-    max_tokens: int | None = typer.Option(None, "--max-tokens", min=1, help="Answer length limit in tokens (default 1024)."),
-    timeout: float | None = typer.Option(None, "--timeout", help="Seconds before a request is abandoned (and retried; default 120)."),
-    max_retries: int | None = typer.Option(None, "--max-retries", min=0, help="Retries on 429, 5xx and timeouts (default 6)."),
-    retry_delay: float | None = typer.Option(None, "--retry-delay", min=0.0, help="First backoff delay in seconds (default 1)."),
-    max_prompt_tokens: int | None = typer.Option(
-        None, "--max-prompt-tokens", min=16, help="fit every prompt to this many tokens (context window minus "
-        "--max-tokens); a prompt over it fails its turn unsent."),
-    prices: Path = typer.Option(None, "--prices", help='JSON price file {"model": {"input": $/1M, "output": $/1M}}.'),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    llm: dict[str, Any] | None = None,
 ) -> None:
     """One grounded response per turn from the run's top passages, citing them inline by their number (1 to k)."""
-    options = settings(
-        RespondSettings, responder=responder, top_k=top_k, max_words=max_words, max_sentences=max_sentences,
-        base_url=base_url, api_key_env=api_key_env, concurrency=concurrency,
-        cache_dir=str(cache_dir) if cache_dir else None, no_cache=no_cache or None, structured=structured,
-        temperature=temperature, max_tokens=max_tokens, timeout=timeout, max_retries=max_retries,
-        retry_delay=retry_delay, prices=str(prices) if prices else None, max_prompt_tokens=max_prompt_tokens,
-    )
+    given = llm or {}
+    options = settings(RespondSettings, responder=responder, top_k=top_k, max_words=max_words,
+                       max_sentences=max_sentences, **llm_values(given))
     check_writable(out, "responses file")
-    refuse_inputs_as_outputs([out], [run, topics, collection, reformulations, ptkb_run, prices, cache_dir])
+    refuse_inputs_as_outputs([out], [run, topics, collection, reformulations, ptkb_run, given.get("prices"),
+                                     given.get("cache_dir")])
     selected = datasets.select_turns(topics, turns)
     run_file = read_run_file(run)
     check_run_turns(run_file.run, selected)
