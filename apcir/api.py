@@ -487,11 +487,10 @@ def tune(lists: Sequence[Any], levels: Mapping[str, str] | PathLike, qrels: Path
     """Per-level weights by the exact grid search of ``apcir tune`` over the fused lists (runs or paths, in weight
     order); ``levels`` is ``{turn_id: level}`` or a levels file."""
     from apcir.contract.levels import load_levels
-    from apcir.fusion.normalise import check_norm
     from apcir.fusion.protocol import FusionInputs, search_for, tune_variants
-    from apcir.fusion.settings import TuningSettings
+    from apcir.fusion.settings import FusionParams, TuningSettings
 
-    check_norm(norm)
+    params = FusionParams.of(norm=norm, depth=depth, rel_threshold=rel_threshold, missing_level=missing_level)
     runs = [load_run(r) if isinstance(r, (str, Path)) else r for r in lists]
     level_map = load_levels(levels) if isinstance(levels, (str, Path)) else dict(levels)
     judgements, qrels_name = _qrels(qrels)
@@ -499,9 +498,8 @@ def tune(lists: Sequence[Any], levels: Mapping[str, str] | PathLike, qrels: Path
     inputs = FusionInputs(lists=runs, levels=level_map, qrels=judgements, qrels_name=qrels_name,
                           run_names=[getattr(r, "name", f"list{i + 1}") for i, r in enumerate(runs)],
                           levels_name="levels")
-    search, _ = search_for(inputs, tuning, norm=norm, depth=depth, rel_threshold=rel_threshold, progress=progress)
-    return tune_variants(inputs, tuning, ["apcir"], norm=norm, depth=depth, rel_threshold=rel_threshold,
-                         missing_level=missing_level, search=search)["apcir"]
+    search, _ = search_for(inputs, tuning, params, progress=progress)
+    return tune_variants(inputs, tuning, ["apcir"], params, search=search)["apcir"]
 
 
 def fuse(lists: Sequence[Any], levels: Mapping[str, str] | PathLike, weights: WeightsFile | PathLike, *,

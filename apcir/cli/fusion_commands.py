@@ -19,7 +19,7 @@ from apcir.contract.reformulations import LIST_NAMES, load_reformulations
 from apcir.contract.runs import read_run_file, write_run
 from apcir.contract.weights import WeightsFile, load_weights
 from apcir.errors import ApcirError
-from apcir.fusion.settings import TuningSettings
+from apcir.fusion.settings import FusionParams, TuningSettings
 from apcir.fusion.systems import PRIMARY, SYSTEMS
 from apcir.io import check_writable, refuse_inputs_as_outputs
 
@@ -113,7 +113,6 @@ def tune_command(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:
     """Tune per-level fusion weights by exhaustive, exact grid search (optionally with k-fold CV)."""
-    from apcir.fusion.normalise import check_norm
     from apcir.fusion.protocol import FusionInputs, search_for, tune_variants
     from apcir.fusion.tuning import cross_validate, no_third
 
@@ -125,16 +124,15 @@ def tune_command(
     refuse_inputs_as_outputs([out, cv_run], [*runs, *ctx.args, levels, qrels])
     if out is not None and cv_run is not None and _same_output(out, cv_run):
         raise ApcirError("--out and --cv-run name the same file; give two paths")
-    check_norm(norm)
+    params = FusionParams.of(norm=norm, depth=depth, rel_threshold=rel_threshold, missing_level=missing_level)
     run_list, names = _runs(ctx, runs)
     _warn_alignment(run_list, names, strict)
     tuning = settings(TuningSettings, step=step, objective=",".join(objective), min_turns=min_turns)
     inputs = FusionInputs(lists=run_list, levels=load_levels(levels), qrels=datasets.qrels(qrels), qrels_name=qrels,
                           run_names=names, levels_name=str(levels))
-    search, _ = search_for(inputs, tuning, norm=norm, depth=depth, rel_threshold=rel_threshold, progress=not as_json)
-    variant = "no-personalisation" if no_personalisation else "apcir"
-    weights = tune_variants(inputs, tuning, [variant], norm=norm, depth=depth, rel_threshold=rel_threshold,
-                            missing_level=missing_level, search=search)[variant]
+    search, _ = search_for(inputs, tuning, params, progress=not as_json)
+    variant = "no-personalisation" if no_personalisation else PRIMARY
+    weights = tune_variants(inputs, tuning, [variant], params, search=search)[variant]
     if out is not None:
         try:
             weights.save(out)
@@ -225,10 +223,10 @@ def fuse_command(
     judgements = datasets.qrels(qrels) if qrels is not None else None
     target = FusionInputs(lists=run_list, levels=load_levels(levels), qrels=judgements, qrels_name=qrels or "",
                           run_names=names, levels_name=str(levels))
-    tuned = tuned_systems("file", target, ["apcir"], settings=TuningSettings(), norm=weights.norm,
-                          depth=weights.depth, rel_threshold=weights.rel_threshold, given={"apcir": weights},
-                          missing_level=missing_level)
-    fused = tuned.runs["apcir"]
+    params = FusionParams.of(norm=weights.norm, depth=weights.depth, rel_threshold=weights.rel_threshold,
+                             missing_level=missing_level)
+    tuned = tuned_systems("file", target, [PRIMARY], params, settings=TuningSettings(), given={PRIMARY: weights})
+    fused = tuned.runs[PRIMARY]
     write_run(fused, out, tag=tag, depth=weights.depth)
     payload: dict[str, object] = {"run": str(out), "turns": len(fused)}
     if judgements is not None:
@@ -277,7 +275,6 @@ def baseline_command(
 ) -> None:
     """Write a baseline or ablation run (paper Tables 2 and 4) through the same fusion code as `apcir run`."""
     from apcir.fusion.encoders import text_encoder
-    from apcir.fusion.normalise import check_norm
     from apcir.fusion.protocol import FusionInputs, pooled_run, tune_variants
     from apcir.fusion.systems import SystemInputs, deps_passage_ids, fixed_systems
 
@@ -286,7 +283,7 @@ def baseline_command(
     check_writable(out, "baseline run")
     refuse_inputs_as_outputs([out], [*runs, *ctx.args, levels, qrels, weights_path, topics, reformulations,
                                      collection])
-    check_norm(norm)
+    FusionParams.of(norm=norm, depth=depth)
     spec = SYSTEMS.get(name)
     run_list, names = _runs(ctx, runs)
     _warn_alignment(run_list, names, False)
@@ -338,13 +335,13 @@ def _tuned_baseline(name, run_list, names, turns, levels, qrels, weights_path, t
             raise ApcirError("no-levels needs --qrels to tune on (or --weights with all-turns weights)")
         inputs = FusionInputs(lists=run_list, levels=dict.fromkeys(turns, "a"), qrels=datasets.qrels(qrels),
                               qrels_name=qrels, run_names=names)
-        weights = tune_variants(inputs, tuning, ["apcir"], norm=norm, depth=depth)["apcir"]
+        weights = tune_variants(inputs, tuning, [PRIMARY], FusionParams.of(norm=norm, depth=depth))[PRIMARY]
         return pooled_run(run_list, weights)
     if qrels is None or levels is None:
         raise ApcirError(f"{name} needs --qrels and --levels (its w1, w2 are tuned per level)")
     inputs = FusionInputs(lists=run_list, levels=load_levels(levels), qrels=datasets.qrels(qrels), qrels_name=qrels,
                           run_names=names, levels_name=str(levels))
-    weights = tune_variants(inputs, tuning, [name], norm=norm, depth=depth)[name]
+    weights = tune_variants(inputs, tuning, [name], FusionParams.of(norm=norm, depth=depth))[name]
     return fuse_linear(run_list, inputs.levels, weights)
 
 

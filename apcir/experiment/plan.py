@@ -55,8 +55,8 @@ def tune(config: ExperimentConfig, layout: RunLayout, names: list[str], turns: l
     assert weights.tune_topics and weights.tune_qrels
     outs = {name: layout.tuned_weights(None if name == PRIMARY else name) for name in tuning_variants(names)}
     return TuneStage(lists, layout.tune_dir / "reformulations.jsonl", datasets.qrels_path(weights.tune_qrels),
-                     weights.tune_qrels, weights.tune_topics, weights.search_settings(), config.fusion.norm,
-                     config.fusion.depth, config.evaluation.rel_threshold, outs, turns, records)
+                     weights.tune_qrels, weights.tune_topics, weights.search_settings(),
+                     config.fusion.params(config.evaluation.rel_threshold), outs, turns, records)
 
 
 def fuse(config: ExperimentConfig, layout: RunLayout, index: Path, turns: list[Turn],

@@ -28,7 +28,7 @@ from apcir.contract.weights import TunedOn, WeightsFile
 from apcir.errors import ApcirError
 from apcir.fusion.grid import GridSearch
 from apcir.fusion.linear import fuse_linear, fuse_per_turn
-from apcir.fusion.settings import TuningSettings
+from apcir.fusion.settings import FusionParams, TuningSettings
 from apcir.fusion.systems import PRIMARY, SYSTEMS
 from apcir.fusion.tuning import (
     cross_validate,
@@ -71,7 +71,7 @@ class TunedSystems:
     query-representation fusion (``qr-fusion``) weighs its query vectors with."""
 
 
-def search_for(inputs: FusionInputs, settings: TuningSettings, *, norm: str, depth: int, rel_threshold: int,
+def search_for(inputs: FusionInputs, settings: TuningSettings, params: FusionParams,
                progress: bool = False) -> tuple[GridSearch, list[str]]:
     """The exhaustive search over every judged turn of the lists (shared by all variants and folds)."""
     if inputs.qrels is None:
@@ -81,7 +81,7 @@ def search_for(inputs: FusionInputs, settings: TuningSettings, *, norm: str, dep
         raise ApcirError("no turn is both judged and in the runs: check that the qrels belong to these runs")
     check_judged(inputs.lists, inputs.qrels, inputs.qrels_name or "the qrels", f"the {len(inputs.lists)} runs'")
     search = GridSearch(inputs.lists, inputs.qrels, turns, objective_measures(settings.objective), step=settings.step,
-                        norm=norm, depth=depth, rel_threshold=rel_threshold, progress=progress)
+                        norm=params.norm, depth=params.depth, rel_threshold=params.rel_threshold, progress=progress)
     return search, turns
 
 
@@ -89,11 +89,8 @@ def tune_variants(
     inputs: FusionInputs,
     settings: TuningSettings,
     variants: Sequence[str],
+    params: FusionParams,
     *,
-    norm: str,
-    depth: int,
-    rel_threshold: int = 1,
-    missing_level: str | None = None,
     search: GridSearch | None = None,
     progress: bool = False,
 ) -> dict[str, WeightsFile]:
@@ -103,12 +100,11 @@ def tune_variants(
     """
     assert inputs.qrels is not None or search is not None
     if search is None:
-        search, turns = search_for(inputs, settings, norm=norm, depth=depth, rel_threshold=rel_threshold,
-                                   progress=progress)
+        search, turns = search_for(inputs, settings, params, progress=progress)
     else:
         turns = list(search.turns)
     assert inputs.qrels is not None
-    levels = with_missing_level(inputs.levels, turns, missing_level)
+    levels = with_missing_level(inputs.levels, turns, params.missing_level)
     tuned: dict[str, WeightsFile] = {}
     for name in variants:
         variant = SYSTEMS.get(name).variant
@@ -140,42 +136,40 @@ def tuned_systems(
     source: Literal["file", "tune", "cv"],
     target: FusionInputs,
     names: Sequence[str],
+    params: FusionParams,
     *,
     settings: TuningSettings,
-    norm: str,
-    depth: int,
-    rel_threshold: int = 1,
     folds: int = 5,
     seed: int = 0,
     given: Mapping[str, WeightsFile] | None = None,
     protocol: str = "",
-    missing_level: str | None = "a",
 ) -> TunedSystems:
     """The runs of the tuned systems among ``names`` (``apcir`` always) under one protocol; see the module doc."""
     wanted = [n for n in names if SYSTEMS.get(n).kind == "tuned" and n != PRIMARY]
     if source == "cv":
-        return _cross_validated(target, wanted, settings=settings, norm=norm, depth=depth, rel_threshold=rel_threshold,
-                                folds=folds, seed=seed, missing_level=missing_level)
+        return _cross_validated(target, wanted, params, settings=settings, folds=folds, seed=seed)
     if not given or PRIMARY not in given:
         raise ApcirError(f"weights source {source!r} needs a weights file")
     weights = given[PRIMARY]
-    runs = {PRIMARY: fuse_linear(target.lists, target.levels, weights, norm, depth, missing_level=missing_level)}
+    runs = {PRIMARY: fuse_linear(target.lists, target.levels, weights, params.norm, params.depth,
+                                 missing_level=params.missing_level)}
     for name in wanted:
         variant = SYSTEMS.get(name).variant
         assert variant is not None
         if variant.pooled:
             if weights.all_turns is not None:
-                runs[name] = pooled_run(target.lists, weights.model_copy(update={"norm": norm, "depth": depth}))
+                runs[name] = pooled_run(target.lists, weights.model_copy(update={"norm": params.norm,
+                                                                                   "depth": params.depth}))
         elif name in given:
-            runs[name] = fuse_linear(target.lists, target.levels, given[name], norm, depth,
-                                     missing_level=missing_level)
+            runs[name] = fuse_linear(target.lists, target.levels, given[name], params.norm, params.depth,
+                                     missing_level=params.missing_level)
     overlap = None
     if target.qrels is not None:
         evaluated = {t: target.qrels[t] for t in target.levels if t in target.qrels}
         overlap = tuned_on_overlap(weights, evaluated)
     label = protocol + (" (tuning turns unknown)" if overlap is None and target.qrels is not None else "")
     return TunedSystems(runs, runs[PRIMARY], weights, protocol=label, tuned_on_test=bool(overlap), overlap=overlap,
-                        turn_weights=_turn_weights(runs[PRIMARY], target.levels, weights, missing_level))
+                        turn_weights=_turn_weights(runs[PRIMARY], target.levels, weights, params.missing_level))
 
 
 def _turn_weights(run: Run, levels: Mapping[str, str], weights: WeightsFile,
@@ -189,13 +183,12 @@ def _turn_weights(run: Run, levels: Mapping[str, str], weights: WeightsFile,
     return out
 
 
-def _cross_validated(
-    target: FusionInputs, wanted: Sequence[str], *, settings: TuningSettings, norm: str, depth: int,
-    rel_threshold: int, folds: int, seed: int, missing_level: str | None,
-) -> TunedSystems:
+def _cross_validated(target: FusionInputs, wanted: Sequence[str], params: FusionParams, *, settings: TuningSettings,
+                     folds: int, seed: int) -> TunedSystems:
+    norm, depth, rel_threshold, missing_level = params.norm, params.depth, params.rel_threshold, params.missing_level
     if target.qrels is None:
         raise ApcirError("cross-validation tunes on the evaluation qrels: configure evaluation.qrels")
-    search, _ = search_for(target, settings, norm=norm, depth=depth, rel_threshold=rel_threshold)
+    search, _ = search_for(target, settings, params)
     common: dict[str, Any] = {"k": folds, "seed": seed, "step": settings.step, "objective": settings.objective,
                               "norm": norm, "depth": depth, "rel_threshold": rel_threshold,
                               "missing_level": missing_level, "search": search, "min_turns": settings.min_turns}
@@ -206,8 +199,7 @@ def _cross_validated(
         assert variant is not None
         levels = dict.fromkeys(target.levels, "a") if variant.pooled else target.levels
         runs[name] = cross_validate(target.lists, levels, target.qrels, constraint=variant.constraint, **common).run
-    weights = tune_variants(target, settings, [PRIMARY], norm=norm, depth=depth, rel_threshold=rel_threshold,
-                            missing_level=missing_level, search=search)[PRIMARY]
+    weights = tune_variants(target, settings, [PRIMARY], params, search=search)[PRIMARY]
     submission = fuse_linear(target.lists, target.levels, weights, norm, depth, missing_level=missing_level)
     turn_weights: dict[str, tuple[float, ...]] = {}
     for fold in cv.folds:

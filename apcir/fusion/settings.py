@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from apcir.errors import ApcirError
 from apcir.fusion.normalise import NORMS
 
 
@@ -22,6 +23,38 @@ class TuningSettings(BaseModel):
     min_turns: int = Field(
         1, ge=0, description="a level with fewer tuning turns uses the weights tuned on all turns (said in weights.json)"
     )
+
+
+class FusionParams(BaseModel):
+    """How lists are fused and scored, passed as one validated object through the fusion protocol: the
+    per-list normalisation, the fused run's depth, the relevance threshold of the binary measures and the level
+    of a judged turn the levels lack."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    norm: str = Field("minmax", description=f"per-list normalisation: {', '.join(NORMS)}")
+    depth: int = Field(1000, ge=1, description="fused run depth (the cut is evaluated too)")
+    rel_threshold: int = Field(1, ge=1, description="lowest grade the binary measures count as relevant")
+    missing_level: Literal["a", "b", "c"] | None = Field(
+        None, description="the level of a judged turn the levels lack (None: such a turn is an error)")
+
+    @field_validator("norm")
+    @classmethod
+    def _known_norm(cls, value: str) -> str:
+        if value not in NORMS:
+            raise ValueError(f"unknown normalisation {value!r}: expected one of {', '.join(NORMS)}")
+        return value
+
+    @classmethod
+    def of(cls, **values: Any) -> FusionParams:
+        """Validated, a bad value an :class:`ApcirError` naming the field (as the command options name them)."""
+        from pydantic import ValidationError
+
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise ApcirError(f"{first['loc'][0]}: {str(first['msg']).removeprefix('Value error, ')}") from None
 
 
 class WeightsSettings(TuningSettings):
@@ -68,6 +101,10 @@ class FusionSettings(BaseModel):
         True, description="also fuse and evaluate the paper's baselines: true (all), false, or a list of system names"
     )
     rrf_k: int = Field(60, ge=0, description="k of reciprocal rank fusion")
+
+    def params(self, rel_threshold: int, missing_level: str | None = "a") -> FusionParams:
+        return FusionParams(norm=self.norm, depth=self.depth, rel_threshold=rel_threshold,
+                            missing_level=missing_level)  # type: ignore[arg-type]
 
     @field_validator("norm")
     @classmethod

@@ -24,7 +24,7 @@ from apcir.contract.stage import Stage, StageContext, StageResult, an_output, no
 from apcir.contract.weights import WeightsFile
 from apcir.errors import ApcirError
 from apcir.fusion.protocol import FusionInputs, tune_variants, tuned_systems
-from apcir.fusion.settings import FusionSettings, TuningSettings
+from apcir.fusion.settings import FusionParams, FusionSettings, TuningSettings
 from apcir.fusion.systems import PRIMARY, SYSTEMS, SystemInputs, fixed_systems, needed_inputs, of_kind, tuned_names
 from apcir.io import write_json
 
@@ -160,9 +160,7 @@ class TuneStage(Stage):
     tune_topics: str
     tuning: TuningSettings
     """The search's settings (step, objective, min_turns)."""
-    norm: str
-    depth: int
-    rel_threshold: int
+    params: FusionParams
     outs: dict[str, Path] = an_output()
     """Weights file per tuned system."""
     turns: list[Turn] = not_an_input()
@@ -183,8 +181,7 @@ class TuneStage(Stage):
         refuse_unjudged_tuning(self.turns, lists, qrels, self.qrels_name, context.passage_texts())
         target = FusionInputs(lists=lists, levels=levels_of(self.records), qrels=qrels, qrels_name=self.qrels_name,
                               run_names=[str(p) for p in self.lists.values()], levels_name=str(self.reformulations))
-        tuned = tune_variants(target, self.tuning, list(self.outs), norm=self.norm, depth=self.depth,
-                              rel_threshold=self.rel_threshold, missing_level="a")
+        tuned = tune_variants(target, self.tuning, list(self.outs), self.params)
         for name, weights in tuned.items():
             weights.save(self.outs[name])
         return StageResult(f"weights of {', '.join(tuned)} tuned on {self.tune_topics} / {self.qrels_name}")
@@ -234,9 +231,9 @@ class FuseStage(Stage):
                               levels_name=str(self.levels))
         protocol = (f"tuned on {weights_cfg.tune_topics} / {weights_cfg.tune_qrels}" if weights_cfg.source == "tune"
                     else f"weights from {weights_cfg.file}")
-        tuned = tuned_systems(weights_cfg.source, target, names, settings=weights_cfg, norm=self.fusion.norm,
-                              depth=self.fusion.depth, rel_threshold=self.rel_threshold, folds=weights_cfg.folds,
-                              seed=weights_cfg.seed, given=self.given, protocol=protocol)
+        tuned = tuned_systems(weights_cfg.source, target, names, self.fusion.params(self.rel_threshold),
+                              settings=weights_cfg, folds=weights_cfg.folds, seed=weights_cfg.seed, given=self.given,
+                              protocol=protocol)
         systems = dict(tuned.runs)
         fixed = of_kind(names, "fixed")
         if fixed:
