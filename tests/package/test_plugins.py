@@ -13,7 +13,7 @@ from apcir.reranking.registry import RERANKERS
 from apcir.retrieval.registry import BACKENDS
 from apcir.submission.formats import FORMATS
 
-PLUGINS = Path(__file__).resolve().parent / "plugins"
+PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
 REGISTRIES = [BACKENDS, RERANKERS, FORMATS, REFORMULATORS]
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent / "apcir"
+ROOT = Path(__file__).resolve().parents[2] / "apcir"
 
 # Lowest first. Within "stages", the order is the data flow.
 LAYERS: list[tuple[str, list[str]]] = [

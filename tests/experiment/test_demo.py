@@ -15,7 +15,7 @@ from apcir.experiment.pipeline import run_experiment
 from apcir.submission.stage import validate_submission
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from fake_openai import FakeOpenAI, Reply
 from apcir import datasets
 from apcir.contract.runs import write_run
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PID = "clueweb22-en0000-00-00000:0"
 
 
@@ -680,7 +680,7 @@ def test_an_internal_error_is_one_line_and_a_log(run_cli, monkeypatch, tmp_path)
 
 
 # ---- a careless user's sweep over every command ------------------------------------------------------
-SWEEP = (Path(__file__).parent / "data" / "careless_user.txt").read_text().splitlines()
+SWEEP = (Path(__file__).resolve().parents[1] / "data" / "careless_user.txt").read_text().splitlines()
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent / "apcir"
+ROOT = Path(__file__).resolve().parents[2] / "apcir"
 REGISTRY_MODULES = {"reranking/registry.py", "fusion/systems.py", "retrieval/registry.py",
                     "reformulation/registry.py", "responses/registry.py", "submission/formats.py"}
 

@@ -15,7 +15,7 @@ from apcir.experiment.config import ExperimentConfig
 from apcir.experiment.pipeline import run_experiment
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
