@@ -1,7 +1,7 @@
 import json
 
 import pytest
-from test_fusion_data import random_case
+from fusion_cases import random_case
 
 from apcir.contract.levels import load_levels, write_levels
 from apcir.contract.runs import write_run

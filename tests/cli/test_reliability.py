@@ -96,7 +96,7 @@ def test_non_utf8_input_names_the_file(run_cli, tmp_path, kind):
 # ---- 3. outputs that cannot be written -------------------------------------------------------------
 @pytest.fixture
 def fusion_files(tmp_path):
-    from test_fusion_data import random_case
+    from fusion_cases import random_case
 
     from apcir.contract.levels import write_levels
     from apcir.datasets import write_qrels

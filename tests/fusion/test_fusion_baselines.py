@@ -2,7 +2,7 @@ import math
 
 import numpy as np
 import pytest
-from test_fusion_data import random_case
+from fusion_cases import random_case
 
 from apcir.fusion import baselines as b
 from apcir.fusion.linear import fuse_linear

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import pytrec_eval
-from test_fusion_data import random_case
+from fusion_cases import random_case
 
 from apcir.errors import ApcirError
 from apcir.fusion.grid import GridSearch, divisions, select_best, simplex_points

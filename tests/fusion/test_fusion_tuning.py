@@ -1,5 +1,5 @@
 import pytest
-from test_fusion_data import random_case
+from fusion_cases import random_case
 from test_fusion_grid import brute_force
 
 from apcir.contract.weights import load_weights
