@@ -289,9 +289,13 @@ def identity(turns: Sequence[Turn], options: Any) -> dict[str, Any]:
     found: dict[str, Any] = {"file": digest, "map": dict(sorted(options.map.items())),
                              "level_fallback": options.level_fallback}
     if options.level_fallback == HEURISTIC_FALLBACK:
-        found["heuristic"] = source_identity()
+        found[_FALLBACK_CODE] = source_identity()
     return found
 
 
+_FALLBACK_CODE = "heuristic"
+"""The identity's key for the fallback reformulator's code (not part of what shapes every record)."""
+
+
 def shaping(options: Any) -> dict[str, Any]:
-    return {k: v for k, v in identity([], options).items() if k != "heuristic"}
+    return {k: v for k, v in identity([], options).items() if k != _FALLBACK_CODE}

@@ -23,6 +23,8 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("stages", ["apcir.reformulation", "apcir.retrieval", "apcir.fusion", "apcir.reranking", "apcir.responses",
                 "apcir.submission", "apcir.evaluation"]),
     ("experiment", ["apcir.experiment"]),
+    # iKAT's interactive task: one turn at a time through the experiment's stages
+    ("live", ["apcir.live"]),
     # the Python front doors: the public API, the PyTerrier transformers, the ir_datasets extension
     ("api", ["apcir.api", "apcir.pyterrier", "apcir.irds"]),
     ("cli", ["apcir.cli", "apcir.__main__"]),

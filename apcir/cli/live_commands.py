@@ -1,0 +1,102 @@
+"""``apcir converse`` (apcir in a live run of iKAT's interactive task) and ``apcir simulate-user`` (local
+simulated users that speak the same API)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import typer
+
+from apcir.cli.common import console, print_json
+from apcir.errors import ApcirError
+
+
+def _token(env: str) -> str:
+    token = os.environ.get(env, "")
+    if not token:
+        raise ApcirError(f"no API token: set the environment variable {env} (the token is never written anywhere)")
+    return token
+
+
+def simulate_user_command(
+    user: str = typer.Option("replay", "--user", help="replay: a topic's recorded utterances, in order."),
+    topics: str = typer.Option("ikat23-test", "--topics", "-t", help="Topics the users replay (name, id or file)."),
+    conversations: int | None = typer.Option(None, "--conversations", min=1, help="Only the first N conversations."),
+    port: int = typer.Option(8765, "--port", min=0, help="Port on 127.0.0.1 (0: any free port)."),
+    protocol: int = typer.Option(2026, "--protocol", help="2025 or 2026: field names and limits."),
+    token_env: str = typer.Option("IKAT_API_TOKEN", "--token-env", help="Variable holding the token it accepts."),
+    log: Path | None = typer.Option(None, "--log", help="Every exchange as JSON lines (default: none)."),
+    budget: int = typer.Option(5, "--budget", min=0, help="Debug sessions allowed (debug/start, debug/continue)."),
+) -> None:
+    """Serve simulated users on 127.0.0.1 that speak the iKAT simulation API, to test `apcir converse` against."""
+    from apcir import datasets
+    from apcir.live.server import Simulation, SimulationServer, protocol_for
+    from apcir.live.users import replay_sessions
+
+    if user != "replay":
+        raise ApcirError(f"--user {user!r}: only 'replay' is built so far")
+    turns = datasets.topics(topics)
+    simulation = Simulation(lambda: replay_sessions(turns, conversations), _token(token_env), protocol_for(protocol),
+                            log=log, budget=budget)
+    server = SimulationServer(simulation, port)
+    console.print(f"simulated users ({user}, {topics}) at {server.url} (protocol {protocol}); Ctrl-C stops",
+                  highlight=False)
+    try:
+        server.httpd.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.httpd.server_close()
+
+
+def converse_command(
+    config: str = typer.Argument(..., help="The experiment config `apcir run` takes (weights: file or tune)."),
+    api: str = typer.Option(..., "--api", help="The simulation API's base URL."),
+    run_id: str = typer.Option(..., "--run-id", help="The run's id (the same id resumes it)."),
+    description: str = typer.Option("apcir: adaptive personalised fusion", "--description"),
+    track_persona: bool = typer.Option(False, "--track-persona", help="Ask the server to track the persona."),
+    debug: bool = typer.Option(False, "--debug", help="Use the debug endpoints (not evaluated; budgeted)."),
+    protocol: int = typer.Option(2026, "--protocol", help="2025 or 2026: field names and limits."),
+    token_env: str = typer.Option("IKAT_API_TOKEN", "--token-env", help="Variable holding the API token."),
+    ptkb: Path | None = typer.Option(None, "--ptkb", help="JSON {user_id: [statements]} when replies carry none."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Run directory (default runs/live/<run id>)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Play a whole live run: answer each utterance as it arrives, through the stages of `apcir run`."""
+    from apcir.experiment.config import load_config, resolve_config_path
+    from apcir.live.client import SimulationClient
+    from apcir.live.converse import Converse
+    from apcir.live.server import protocol_for
+
+    experiment = load_config(resolve_config_path(config))
+    client = SimulationClient(api, _token(token_env), protocol_for(protocol))
+    statements: dict[str, dict[str, str]] = {}
+    if ptkb is not None:
+        raw = json.loads(ptkb.read_text(encoding="utf-8"))
+        statements = {str(u): ({str(i): s for i, s in enumerate(v, 1)} if isinstance(v, list) else dict(v))
+                      for u, v in raw.items()}
+    target = out or Path("runs") / "live" / run_id
+    session = Converse(experiment, client, target, run_id=run_id, description=description,
+                       track_persona=track_persona, debug=debug, ptkb=statements)
+    try:
+        summary = session.play()
+    except ApcirError as exc:
+        raise ApcirError(client.clean(str(exc))) from None
+    latency = summary.latency()
+    if as_json:
+        print_json({"run_id": summary.run_id, "answered": summary.answered, "resent": summary.resent,
+                    "trimmed": summary.trimmed, "topics": summary.topics, "latency": latency})
+        return
+    console.print(f"run {run_id}: {summary.answered} utterances answered over {len(summary.topics)} topics "
+                  f"({summary.resent} answers sent again after a restart, {summary.trimmed} responses cut to the "
+                  f"token limit); outputs in {target}/", highlight=False)
+    for stage, values in latency.items():
+        console.print(f"  {stage}: p50 {values['p50']:.2f} s, p95 {values['p95']:.2f} s, max {values['max']:.2f} s",
+                      highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("converse")(converse_command)
+    app.command("simulate-user")(simulate_user_command)

@@ -1,0 +1,115 @@
+"""A client of the simulation API: typed replies, retries on server faults, and a token that never shows.
+
+The token is sent as ``Authorization: Bearer <token>`` and appears nowhere else: not in an error message,
+a log line or a file (:meth:`SimulationClient.clean` removes it from any text that could quote it).
+A 5xx or a refused connection is retried with backoff, sending the same body again; a timeout (the request
+may have reached the server) is a :class:`LostReply`, for the caller to ask ``run/session`` before sending
+anything again; 401/403, 412 and 422 stop with one line (:class:`LiveError`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from apcir.errors import ApcirError
+from apcir.live.protocol import ERRORS, Protocol, Utterance
+
+
+class LiveError(ApcirError):
+    """The server refused a request (its status and ``detail``)."""
+
+    def __init__(self, status: int, detail: str):
+        super().__init__(f"the simulation server answered {status} ({ERRORS.get(status, 'error')}): {detail}")
+        self.status = status
+
+
+class LostReply(ApcirError):
+    """A request may have reached the server, but its reply did not arrive."""
+
+
+class SimulationClient:
+    def __init__(self, base_url: str, token: str, protocol: Protocol, *, timeout: float = 300.0,
+                 retries: int = 5, retry_delay: float = 1.0):
+        if not token:
+            raise ApcirError("no API token: set IKAT_API_TOKEN (or the variable --token-env names)")
+        self.base_url = base_url if base_url.endswith("/") else base_url + "/"
+        self._token = token
+        self.protocol = protocol
+        self.timeout = timeout
+        self.retries = retries
+        self.retry_delay = retry_delay
+
+    def clean(self, text: str) -> str:
+        """``text`` without the token (for anything said or written)."""
+        return text.replace(self._token, "<token>") if self._token else text
+
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        data = json.dumps(body).encode("utf-8") if body is not None else None
+        delay = self.retry_delay
+        for attempt in range(self.retries + 1):
+            request = urllib.request.Request(self.base_url + path, data=data, method=method, headers={
+                "Authorization": f"Bearer {self._token}", "Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as reply:
+                    text = reply.read().decode("utf-8")
+                    kind = reply.headers.get("Content-Type", "")
+                    return text if "jsonl" in kind else json.loads(text or "null")
+            except urllib.error.HTTPError as exc:
+                detail = self._detail(exc)
+                if exc.code >= 500 and attempt < self.retries:
+                    time.sleep(delay)
+                    delay *= 2
+                    continue
+                raise LiveError(exc.code, self.clean(detail)) from None
+            except urllib.error.URLError as exc:
+                refused = isinstance(exc.reason, ConnectionRefusedError)
+                if refused and attempt < self.retries:
+                    time.sleep(delay)
+                    delay *= 2
+                    continue
+                if isinstance(exc.reason, TimeoutError):
+                    raise LostReply(f"{method} {path}: no reply within {self.timeout:g} s") from None
+                raise ApcirError(f"cannot reach the simulation server at {self.clean(self.base_url)}: "
+                                 f"{self.clean(str(exc.reason))}") from None
+            except TimeoutError:
+                raise LostReply(f"{method} {path}: no reply within {self.timeout:g} s") from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @staticmethod
+    def _detail(exc: urllib.error.HTTPError) -> str:
+        try:
+            payload = json.loads(exc.read().decode("utf-8") or "{}")
+            return str(payload.get("detail", payload)) if isinstance(payload, dict) else str(payload)
+        except (ValueError, OSError):
+            return exc.reason if isinstance(exc.reason, str) else str(exc.code)
+
+    # ---- the endpoints --------------------------------------------------------------------------------
+    def verify(self) -> str:
+        return str(self._request("GET", "auth/verify")["team_id"])
+
+    def budget(self) -> Any:
+        return self._request("GET", "budget/check")
+
+    def start(self, run_id: str, description: str, *, track_persona: bool = False, debug: bool = False) -> Utterance:
+        path = "debug/start" if debug else "run/start"
+        return Utterance.model_validate(self._request("POST", path, self.protocol.start_body(
+            run_id, description, track_persona)))
+
+    def send(self, run_id: str, response: str, citations: dict[str, float], ptkb_provenance: list[str], *,
+             debug: bool = False) -> Utterance:
+        path = "debug/continue" if debug else "run/continue"
+        return Utterance.model_validate(self._request("POST", path, self.protocol.continue_body(
+            run_id, response, citations, ptkb_provenance)))
+
+    def session(self, run_id: str) -> Utterance:
+        return Utterance.model_validate(self._request("GET", f"run/session?run_id={run_id}"))
+
+    def status(self, run_id: str) -> Any:
+        return self._request("GET", f"run/status?run_id={run_id}")
+
+    def dump(self, run_id: str) -> str:
+        return str(self._request("GET", f"run/dump?run_id={run_id}"))

@@ -1,0 +1,209 @@
+"""apcir converse against local simulated users (apcir simulate-user's replay users), end to end."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+import apcir
+from apcir.experiment.config import validate_config
+from apcir.live.client import LiveError, SimulationClient
+from apcir.live.converse import JOURNAL, RUN_FILE, Converse
+from apcir.live.protocol import PROTOCOLS, count_tokens
+from apcir.live.server import Simulation, SimulationServer
+from apcir.live.users import CLOSING, replay_sessions
+
+CANARY = "canary-7f3a9c1e55d04b2e"
+
+
+@pytest.fixture(scope="module")
+def live_setup(small, tmp_path_factory):
+    """Three judged conversations of the small collection, and weights tuned on their lists (source = file)."""
+    root, collection, index, chosen = small
+    qrels = apcir.qrels("ikat23-test-provenance")
+    turns = [t for t in apcir.topics("ikat23-test") if t.turn_id in set(chosen)]
+    conversations = list(dict.fromkeys(t.conversation_id for t in turns))[:3]
+    turns = [t for t in turns if t.conversation_id in conversations]
+    records = apcir.reformulate(turns, "heuristic")
+    lists = [apcir.retrieve(records, index, field=f) for f in ("rewrite", "rewrite_response", "third")]
+    weights = apcir.tune(lists, {t: r.output.level for t, r in records.items()}, qrels, step="0.5")
+    folder = tmp_path_factory.mktemp("live")
+    weights.save(folder / "weights.json")
+    data = {"name": "live", "topics": "ikat23-test", "turns": [t.turn_id for t in turns],
+            "output_dir": str(folder / "offline"),
+            "retrieval": {"index": str(index), "collection": str(collection), "encoder": "splade-tiny"},
+            "fusion": {"weights": {"source": "file", "file": str(folder / "weights.json")}, "baselines": False},
+            "evaluation": {"qrels": "ikat23-test-provenance"}}
+    return folder, turns, data
+
+
+def _serve(turns, tmp_path, year=2026):
+    log = tmp_path / "user-log.jsonl"
+    simulation = Simulation(lambda: replay_sessions(turns), CANARY, PROTOCOLS[year], log=log)
+    return SimulationServer(simulation).start(), log
+
+
+def test_a_whole_run_against_replay_users_answers_every_utterance_once(live_setup, tmp_path, capsys):
+    folder, turns, data = live_setup
+    server, log = _serve(turns, tmp_path)
+    try:
+        client = SimulationClient(server.url, CANARY, PROTOCOLS[2026])
+        summary = Converse(validate_config(data), client, tmp_path / "run", run_id="live-1").play()
+        assert client.status("live-1")["status"] == "completed"
+    finally:
+        server.stop()
+    exchanges = [json.loads(line) for line in log.read_text().splitlines()]
+    asked = [(e["topic_id"], e["turn"]) for e in exchanges]
+    expected = [(t.conversation_id, t.turn_number) for t in turns]
+    assert asked == expected, "every utterance answered exactly once, in order, none skipped"
+    assert summary.answered == len(turns) and summary.resent == 0
+    assert all(count_tokens(e["response"]) <= 250 and e["response"].strip() for e in exchanges)
+    assert all(0 < len(e["citations"]) <= 10 for e in exchanges)  # 2026: the top 10
+    run = apcir.load_run(tmp_path / "run" / RUN_FILE)
+    assert set(run) == {t.turn_id for t in turns}  # {topic_id}_{n}: the qrels' ids
+    table = apcir.evaluate(run, "ikat23-test-provenance", ["nDCG@3", "RR"])
+    assert table.value(run.name, "turns") > 0
+    # the token appears in no file of the run directory and in no output
+    for path in (tmp_path / "run").rglob("*"):
+        if path.is_file():
+            assert CANARY not in path.read_text(errors="replace"), path
+    captured = capsys.readouterr()
+    assert CANARY not in captured.out + captured.err
+
+
+def test_a_first_live_turn_gets_the_same_fused_ranking_as_apcir_run(live_setup, tmp_path):
+    from apcir.experiment.pipeline import run_experiment
+
+    folder, turns, data = live_setup
+    config = validate_config(data)
+    run_experiment(config, progress=False)
+    offline = apcir.load_run(config.run_dir / "fused.run")
+    first = [t for t in turns if t.turn_number == 1 and not t.history]
+    server, _ = _serve(first, tmp_path)
+    try:
+        client = SimulationClient(server.url, CANARY, PROTOCOLS[2026])
+        Converse(config, client, tmp_path / "run", run_id="first").play()
+    finally:
+        server.stop()
+    live = apcir.load_run(tmp_path / "run" / RUN_FILE)
+    for turn in first:
+        assert live[turn.turn_id] == pytest.approx(offline[turn.turn_id], abs=1e-6), turn.turn_id
+        assert list(live[turn.turn_id]) and len(live[turn.turn_id]) == len(offline[turn.turn_id])
+
+
+class Crash(Exception):
+    pass
+
+
+def test_killed_after_the_server_recorded_an_answer_the_same_command_finishes(live_setup, tmp_path):
+    """The process dies after the server recorded an answer but before its reply arrived: a second run with the
+    same run id asks run/session, answers the next utterance, and nothing is answered twice or skipped."""
+    folder, turns, data = live_setup
+    server, log = _serve(turns, tmp_path)
+    try:
+        client = SimulationClient(server.url, CANARY, PROTOCOLS[2026])
+        sends = {"n": 0}
+        real_send = client.send
+
+        def dying_send(*args, **kwargs):
+            reply = real_send(*args, **kwargs)
+            sends["n"] += 1
+            if sends["n"] == 3:
+                raise Crash("killed before the reply was read")
+            return reply
+
+        client.send = dying_send  # type: ignore[method-assign]
+        with pytest.raises(Crash):
+            Converse(validate_config(data), client, tmp_path / "run", run_id="crash").play()
+        again = SimulationClient(server.url, CANARY, PROTOCOLS[2026])
+        summary = Converse(validate_config(data), again, tmp_path / "run", run_id="crash").play()
+    finally:
+        server.stop()
+    asked = [(e["topic_id"], e["turn"]) for e in map(json.loads, log.read_text().splitlines())]
+    assert asked == [(t.conversation_id, t.turn_number) for t in turns]
+    assert summary.answered == len(turns) - 3 and summary.resent == 0
+    starts = [e for e in map(json.loads, (tmp_path / "run" / JOURNAL).read_text().splitlines())
+              if e["event"] == "start"]
+    assert len(starts) == 1, "run/start is never called twice"
+
+
+def test_killed_before_the_server_recorded_an_answer_it_is_sent_again(live_setup, tmp_path):
+    folder, turns, data = live_setup
+    server, log = _serve(turns, tmp_path)
+    try:
+        client = SimulationClient(server.url, CANARY, PROTOCOLS[2026])
+        sends = {"n": 0}
+        real_send = client.send
+
+        def dies_before_sending(*args, **kwargs):
+            sends["n"] += 1
+            if sends["n"] == 2:
+                raise Crash("killed after computing the answer, before sending it")
+            return real_send(*args, **kwargs)
+
+        client.send = dies_before_sending  # type: ignore[method-assign]
+        with pytest.raises(Crash):
+            Converse(validate_config(data), client, tmp_path / "run", run_id="crash2").play()
+        summary = Converse(validate_config(data), SimulationClient(server.url, CANARY, PROTOCOLS[2026]),
+                           tmp_path / "run", run_id="crash2").play()
+    finally:
+        server.stop()
+    asked = [(e["topic_id"], e["turn"]) for e in map(json.loads, log.read_text().splitlines())]
+    assert asked == [(t.conversation_id, t.turn_number) for t in turns]
+    assert summary.resent == 1 and summary.answered == len(turns) - 2
+
+
+def test_the_server_refuses_what_the_protocol_refuses_and_the_token_never_shows(tmp_path):
+    turns = [t for t in apcir.topics("ikat23-test") if t.conversation_id == "9-1"][:2]
+    server, _ = _serve(turns, tmp_path, year=2025)
+    try:
+        wrong = SimulationClient(server.url, "not-the-token-" + CANARY[::-1], PROTOCOLS[2025])
+        with pytest.raises(LiveError) as refused:
+            wrong.verify()
+        assert refused.value.status == 401 and CANARY[::-1] not in str(refused.value)
+        client = SimulationClient(server.url, CANARY, PROTOCOLS[2025])
+        first = client.start("r", "test")
+        assert first.utterance == turns[0].utterance and first.user_meta is None  # 2025: no user_meta
+        with pytest.raises(LiveError) as taken:
+            client.start("r", "again")
+        assert taken.value.status == 412
+        with pytest.raises(LiveError) as too_long:
+            client.send("r", "word " * 300, {}, [])
+        assert too_long.value.status == 422
+        second = client.send("r", "an answer [1].", {"p": 1.0}, ["I like tea."])
+        assert [m.role for m in second.history] == ["user", "assistant"]
+        closing = client.send("r", "another answer.", {}, [])
+        assert closing.utterance == CLOSING and closing.last_response_of_session and closing.last_response_of_run
+        with pytest.raises(LiveError) as over:
+            client.session("r")
+        assert over.value.status == 428  # after the run's last words every request is an error
+        with pytest.raises(LiveError) as unknown:
+            client.send("nope", "x", {}, [])
+        assert unknown.value.status == 428
+        assert client.status("r") == {"status": "completed", "open_topics": [], "done_topics": ["9-1"]}
+    finally:
+        server.stop()
+    assert threading.active_count() >= 1
+
+
+def test_right_after_a_session_ended_run_session_fails_and_the_journal_carries_on(tmp_path):
+    """As the organisers' server is described to: run/session answers 500 right after a session's closing
+    words; the next continue (its response ignored) opens the next topic."""
+    turns = [t for t in apcir.topics("ikat23-test") if t.conversation_id in ("9-1", "9-2") and t.turn_number == 1]
+    server, _ = _serve(turns, tmp_path)
+    try:
+        client = SimulationClient(server.url, CANARY, PROTOCOLS[2026])
+        first = client.start("s", "test")
+        assert first.ptkb() and first.user_id == "9"
+        closing = client.send("s", "an answer.", {}, [])
+        assert closing.last_response_of_session and not closing.last_response_of_run
+        with pytest.raises(LiveError) as ended:
+            client.session("s")
+        assert ended.value.status == 500
+        second = client.send("s", "", {}, [])
+        assert second.topic_id == "9-2" and second.history == [] and second.user_id == "9"
+        assert client.session("s").utterance == second.utterance
+    finally:
+        server.stop()
