@@ -207,3 +207,38 @@ def test_right_after_a_session_ended_run_session_fails_and_the_journal_carries_o
         assert client.session("s").utterance == second.utterance
     finally:
         server.stop()
+
+
+def test_the_converse_command_plays_a_run_and_says_nothing_of_the_token(live_setup, tmp_path, run_cli,
+                                                                          monkeypatch):
+    folder, turns, data = live_setup
+    one = [t for t in turns if t.conversation_id == turns[0].conversation_id][:2]
+    config = tmp_path / "live.toml"
+    config.write_text(
+        f'name = "live"\n[retrieval]\nindex = "{data["retrieval"]["index"]}"\n'
+        f'collection = "{data["retrieval"]["collection"]}"\nencoder = "splade-tiny"\n'
+        f'[fusion]\nbaselines = false\n[fusion.weights]\nsource = "file"\nfile = "{folder / "weights.json"}"\n')
+    server, log = _serve(one, tmp_path)
+    try:
+        monkeypatch.delenv("IKAT_API_TOKEN", raising=False)
+        code, _, err = run_cli("converse", str(config), "--api", server.url, "--run-id", "cli", "-o",
+                               str(tmp_path / "run"))
+        assert code == 2 and "IKAT_API_TOKEN" in err
+        monkeypatch.setenv("IKAT_API_TOKEN", CANARY[::-1])  # a wrong token: 401, said in one line, not echoed
+        code, out, err = run_cli("converse", str(config), "--api", server.url, "--run-id", "cli", "-o",
+                                 str(tmp_path / "run"))
+        assert code == 2 and "401" in err and CANARY[::-1] not in out + err
+        monkeypatch.setenv("IKAT_API_TOKEN", CANARY)
+        code, out, err = run_cli("converse", str(config), "--api", server.url, "--run-id", "cli2", "-o",
+                                 str(tmp_path / "run2"), "--json")
+        assert code == 0, err
+        summary = json.loads(out)
+        assert summary["answered"] == 2 and set(summary["latency"]) >= {"reformulate", "retrieve", "respond", "turn"}
+        assert CANARY not in out + err
+    finally:
+        server.stop()
+    cfg = validate_config(data)
+    with pytest.raises(Exception, match="cannot cross-validate"):
+        Converse(cfg.model_copy(update={"fusion": cfg.fusion.model_copy(update={
+            "weights": cfg.fusion.weights.model_copy(update={"source": "cv", "file": None})})}),
+            SimulationClient("http://127.0.0.1:9/", CANARY, PROTOCOLS[2026]), tmp_path / "x", run_id="x")
