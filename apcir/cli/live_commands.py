@@ -62,6 +62,9 @@ def converse_command(
     token_env: str = typer.Option("IKAT_API_TOKEN", "--token-env", help="Variable holding the API token."),
     ptkb: Path | None = typer.Option(None, "--ptkb", help="JSON {user_id: [statements]} when replies carry none."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Run directory (default runs/live/<run id>)."),
+    turn_budget: float | None = typer.Option(
+        None, "--turn-budget", min=0.1, help="Seconds a turn may take: beyond, the re-rankers are skipped, then an "
+        "LLM responder gives way to the extractive one (said in the journal and the summary)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Play a whole live run: answer each utterance as it arrives, through the stages of `apcir run`."""
@@ -79,7 +82,7 @@ def converse_command(
                       for u, v in raw.items()}
     target = out or Path("runs") / "live" / run_id
     session = Converse(experiment, client, target, run_id=run_id, description=description,
-                       track_persona=track_persona, debug=debug, ptkb=statements)
+                       track_persona=track_persona, debug=debug, ptkb=statements, turn_budget=turn_budget)
     try:
         summary = session.play()
     except ApcirError as exc:
@@ -87,7 +90,8 @@ def converse_command(
     latency = summary.latency()
     if as_json:
         print_json({"run_id": summary.run_id, "answered": summary.answered, "resent": summary.resent,
-                    "trimmed": summary.trimmed, "topics": summary.topics, "latency": latency})
+                    "trimmed": summary.trimmed, "topics": summary.topics, "latency": latency,
+                    "skipped": summary.skipped})
         return
     console.print(f"run {run_id}: {summary.answered} utterances answered over {len(summary.topics)} topics "
                   f"({summary.resent} answers sent again after a restart, {summary.trimmed} responses cut to the "

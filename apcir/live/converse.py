@@ -67,6 +67,8 @@ class ConverseSummary:
     trimmed: int = 0
     topics: list[str] = field(default_factory=list)
     seconds: dict[str, list[float]] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+    """``turn:stage`` of the optional stages skipped to keep a turn within its budget."""
 
     def latency(self) -> dict[str, dict[str, float]]:
         """p50/p95/max seconds per stage and for the whole turn."""
@@ -113,7 +115,8 @@ class Converse:
 
     def __init__(self, config: ExperimentConfig, client: SimulationClient, out: Path, *, run_id: str,
                  description: str = "apcir", track_persona: bool = False, debug: bool = False,
-                 ptkb: dict[str, dict[str, str]] | None = None, progress: bool = False):
+                 ptkb: dict[str, dict[str, str]] | None = None, progress: bool = False,
+                 turn_budget: float | None = None):
         if config.fusion.weights.source == "cv":
             raise ApcirError("a live run cannot cross-validate its weights: set [fusion.weights] source = \"file\" "
                              "(a weights.json) or \"tune\" (tuned on other topics before the first utterance)")
@@ -121,6 +124,9 @@ class Converse:
         self.run_id, self.description, self.track_persona, self.debug = run_id, description, track_persona, debug
         self.ptkb = ptkb or {}
         self.progress = progress
+        self.turn_budget = turn_budget
+        self._rerankers: dict[str, Any] = {}
+        self._skipped: list[str] = []
         self.out.mkdir(parents=True, exist_ok=True)
         self.journal = Journal(self.out / JOURNAL)
         self.summary = ConverseSummary(run_id)
@@ -201,16 +207,34 @@ class Converse:
         fused = fuse_linear([lists[n] for n in LIST_NAMES], {turn.turn_id: level}, self._weights,
                             config.fusion.norm, config.fusion.depth, missing_level="a")
         seconds["fuse"] = time.perf_counter() - mark
-        mark = time.perf_counter()
         assert self._index is not None
         store = passage_texts_for(config.retrieval, self._index)
+        skipped: list[str] = []
+        for settings in [r for r in config.rerank if r.submit]:  # the re-ranked run is what a submission holds
+            if self._over_budget(started, "rerank"):
+                skipped.append(f"rerank:{settings.label}")
+                continue
+            mark = time.perf_counter()
+            fused = self._rerank(settings, turn, records, fused, store)
+            seconds["rerank"] = time.perf_counter() - mark
+        mark = time.perf_counter()
         texts = store.texts(needed_passages(fused, [turn], config.respond.top_k)) if store is not None else {}
         encoder = config.retrieval.encoder if config.retrieval.uses_encoder else None
         ptkb = rank_statements([turn], records, similarity_for(encoder, BACKENDS.get(config.retrieval.backend).encoder))
         jobs = build_jobs([turn], records, fused, texts, ptkb, config.respond.top_k)
-        respond(jobs, config.respond, self.out / "responses.jsonl", progress=False)
-        record = load_responses(self.out / "responses.jsonl").get(turn.turn_id)
+        responder = config.respond
+        if not self._offline(responder.responder) and self._over_budget(started, "respond"):
+            skipped.append(f"respond:{responder.responder}")  # the extractive responder answers instead
+            from apcir.responses.registry import EXTRACTIVE
+
+            responder = responder.model_validate({"responder": EXTRACTIVE, "top_k": responder.top_k,
+                                                  "max_words": responder.max_words})
+        respond(jobs, responder, self.out / ("responses.jsonl" if responder is config.respond
+                                             else "responses-fallback.jsonl"), progress=False)
+        record = load_responses(self.out / ("responses.jsonl" if responder is config.respond
+                                            else "responses-fallback.jsonl")).get(turn.turn_id)
         seconds["respond"] = time.perf_counter() - mark
+        self._skipped = skipped
         text = record.text if record is not None and record.status == "ok" else ""
         if not text:
             text = output.response if output is not None else ""
@@ -222,6 +246,33 @@ class Converse:
         seconds["turn"] = time.perf_counter() - started
         self.run[turn.turn_id] = fused.get(turn.turn_id, {})
         return Answer(turn.turn_id, response, dict(top), provenance, trimmed, seconds)
+
+    def _rerank(self, settings: Any, turn: Turn, records: dict[str, ReformulationRecord], fused: Run,
+                store: Any) -> Run:
+        """The fused ranking re-ranked by one ``[[rerank]]`` entry (its model loaded once for the run)."""
+        from apcir.reranking.stage import candidate_ids, load_reranker, record_queries, rerank_run
+
+        if settings.label not in self._rerankers:
+            self._rerankers[settings.label] = load_reranker(settings)
+        texts = store.texts(candidate_ids(fused, settings.depth)) if store is not None else {}
+        result, summary = rerank_run(fused, record_queries(records, settings.field), texts, settings,
+                                     reranker=self._rerankers[settings.label], progress=False)
+        return result
+
+    @staticmethod
+    def _offline(responder: str) -> bool:
+        from apcir.responses.registry import responder_for
+
+        return responder_for(responder).offline
+
+    def _over_budget(self, started: float, stage: str) -> bool:
+        """Whether running ``stage`` now would take the turn over ``--turn-budget`` (its time on earlier turns as
+        the estimate; with none yet, it runs)."""
+        if self.turn_budget is None:
+            return False
+        before = self.summary.seconds.get(stage)
+        expected = statistics.median(before) if before else 0.0
+        return time.perf_counter() - started + expected > self.turn_budget
 
     # ---- the conversation ---------------------------------------------------------------------------------
     def _opening(self) -> Utterance:
@@ -278,9 +329,13 @@ class Converse:
         turn = self.turn_of(reply)
         answer = self.answer(turn)
         ranked = dict(ranking(self.run.get(turn.turn_id, {}), self.config.fusion.depth))
+        skipped = self._skipped
         self.journal.add("answer", key=list(_key(reply)), turn_id=answer.turn_id, response=answer.response,
                          citations=answer.citations, provenance=answer.ptkb_provenance, trimmed=answer.trimmed,
-                         seconds=answer.seconds, ranking=ranked)
+                         seconds=answer.seconds, ranking=ranked, skipped=skipped)
+        if skipped:
+            warn(f"turn {answer.turn_id}: over the turn budget, skipped {', '.join(skipped)} (said in the journal)")
+            self.summary.skipped.extend(f"{answer.turn_id}:{s}" for s in skipped)
         if answer.trimmed:
             note(f"turn {answer.turn_id}: the response was cut to {self.client.protocol.response_tokens} tokens "
                  "at a sentence end (said in the journal)")

@@ -242,3 +242,35 @@ def test_the_converse_command_plays_a_run_and_says_nothing_of_the_token(live_set
         Converse(cfg.model_copy(update={"fusion": cfg.fusion.model_copy(update={
             "weights": cfg.fusion.weights.model_copy(update={"source": "cv", "file": None})})}),
             SimulationClient("http://127.0.0.1:9/", CANARY, PROTOCOLS[2026]), tmp_path / "x", run_id="x")
+
+
+def test_a_submitted_reranker_runs_live_and_the_turn_budget_decides_from_earlier_turns(live_setup, tmp_path):
+    import time
+
+    from tiny_models import tiny_cross_encoder
+
+    folder, turns, data = live_setup
+    one = [t for t in turns if t.conversation_id == turns[0].conversation_id][:3]
+    model = tiny_cross_encoder(tmp_path / "ce")
+    config = validate_config({**data, "rerank": {"reranker": "cross-encoder", "model": str(model), "depth": 5,
+                                                  "submit": True}})
+    server, _ = _serve(one, tmp_path)
+    try:
+        client = SimulationClient(server.url, CANARY, PROTOCOLS[2026])
+        converse = Converse(config, client, tmp_path / "run", run_id="budget", turn_budget=1e6)
+        summary = converse.play()
+    finally:
+        server.stop()
+    answers = [e for e in map(json.loads, (tmp_path / "run" / JOURNAL).read_text().splitlines())
+               if e["event"] == "answer"]
+    assert len(answers) == 3 and all("rerank" in a["seconds"] and a["skipped"] == [] for a in answers)
+    assert summary.skipped == []
+    live = apcir.load_run(tmp_path / "run" / RUN_FILE)
+    assert all(len(live[a["turn_id"]]) > 5 for a in answers)  # re-ranked top 5, the rest below
+    # the rule: a stage is skipped when the time spent plus its time on earlier turns would overrun the budget
+    converse.turn_budget = 1.0
+    converse.summary.seconds["rerank"] = [0.8, 0.9]
+    assert converse._over_budget(time.perf_counter() - 0.5, "rerank")
+    converse.summary.seconds["rerank"] = [0.1]
+    assert not converse._over_budget(time.perf_counter() - 0.5, "rerank")
+    assert converse._over_budget(time.perf_counter() - 1.5, "respond")  # already over: nothing optional runs
