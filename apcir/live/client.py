@@ -9,6 +9,7 @@ anything again; 401/403, 412 and 422 stop with one line (:class:`LiveError`).
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 import urllib.error
@@ -77,6 +78,9 @@ class SimulationClient:
                                  f"{self.clean(str(exc.reason))}") from None
             except TimeoutError:
                 raise LostReply(f"{method} {path}: no reply within {self.timeout:g} s") from None
+            except (ConnectionError, http.client.HTTPException) as exc:  # dropped after the request went out
+                raise LostReply(f"{method} {path}: the connection dropped before the reply "
+                                f"({type(exc).__name__})") from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     @staticmethod

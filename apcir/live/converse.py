@@ -37,7 +37,7 @@ from apcir.contract.weights import WeightsFile, load_weights
 from apcir.errors import ApcirError
 from apcir.experiment.config import ExperimentConfig
 from apcir.live.client import LiveError, LostReply, SimulationClient
-from apcir.live.protocol import Utterance, fit_tokens
+from apcir.live.protocol import HistoryMessage, Utterance, fit_tokens
 
 JOURNAL = "conversation.jsonl"
 RUN_FILE = "live.run"
@@ -283,17 +283,34 @@ class Converse:
                                       debug=self.debug)
             self.journal.add("utterance", reply=reply.model_dump(mode="json"))
             return reply
+        return self._where_now()
+
+    def _where_now(self) -> Utterance:
+        """The server's current utterance (``run/session``). Right after a session ended it has none (500), and
+        after the run's last words none at all (428): the run's status and the journal then say which closing
+        words are current."""
         try:
             return self.client.session(self.run_id)
         except LiveError as exc:
-            if exc.status == 500:  # right after a session ended: the journal says which utterance closed it
-                last = self.journal.last("utterance")
-                if last is not None and last["reply"]["last_response_of_session"]:
-                    return Utterance.model_validate(last["reply"])
             if exc.status in (404, 405):
                 raise SessionUnknown("the server cannot say where the run stands (no run/session): stopping, "
                                      "nothing sent") from None
-            raise
+            if exc.status not in (428, 500):
+                raise
+            status = exc.status
+        completed = str(self.client.status(self.run_id).get("status", "")) == "completed"
+        last = self.journal.last("utterance")
+        if last is None or (status == 428 and not completed):
+            raise SessionUnknown("the server has no active run of this id and the journal cannot say where it "
+                                 "stands: stopping, nothing sent")
+        previous = Utterance.model_validate(last["reply"])
+        history = list(previous.history)
+        if not previous.last_response_of_session:  # its answer was recorded: the user's closing words are current
+            answered = self._answer_for(previous)
+            history += [HistoryMessage(role="user", content=previous.utterance),
+                        HistoryMessage(role="assistant", content=answered.response if answered else "")]
+        return previous.model_copy(update={"utterance": "", "last_response_of_session": True,
+                                           "last_response_of_run": completed, "history": history})
 
     def play(self) -> ConverseSummary:
         self.prepare()
@@ -353,7 +370,7 @@ class Converse:
                                          debug=self.debug)
         except LostReply:
             warn("the reply to an answer was lost: asking the server where the run stands before sending again")
-            following = self.client.session(self.run_id)
+            following = self._where_now()
             if _key(following) == _key(reply):
                 return self._send(reply, answer)  # not recorded: the same answer again
         self.journal.add("sent", turn_id=answer.turn_id, key=list(_key(reply)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -44,20 +45,42 @@ class SimulatedRun:
         return self.sessions[self.index]
 
 
+@dataclass
+class Faults:
+    """Server faults on demand, by the number of the ``run/continue`` request (1-based), for testing a client's
+    recovery: answer with an error status; hang, then drop the request unrecorded (as if it never fully
+    arrived); or record it, then hang before replying (the reply lost)."""
+
+    status: dict[int, int] = field(default_factory=dict)
+    hang_unrecorded: set[int] = field(default_factory=set)
+    hang_after_record: set[int] = field(default_factory=set)
+    seconds: float = 5.0
+    reached: threading.Event = field(default_factory=threading.Event)
+    """Set when a hang starts (a test kills the client then)."""
+
+
+class Dropped(Exception):
+    """The request is dropped: the connection closes with no reply."""
+
+
 class Simulation:
     """The server's state: runs by id, the users' sessions, the debug budget and the log."""
 
     def __init__(self, make_sessions: Callable[[], list[Session]], token: str, protocol: Protocol,
-                 log: Path | None = None, budget: int = 5, team_id: str = "apcir-test"):
+                 log: Path | None = None, budget: int = 5, team_id: str = "apcir-test",
+                 faults: Faults | None = None):
         self.make_sessions = make_sessions
         self.token = token
         self.protocol = protocol
         self.log = log
         self.budget = budget
         self.team_id = team_id
+        self.faults = faults or Faults()
         self.runs: dict[str, SimulatedRun] = {}
         self.debug_runs: dict[str, SimulatedRun] = {}
         self.lock = threading.Lock()
+        self.continues = 0
+        """``run/continue`` requests received so far (the faults count them, 1-based)."""
 
     # ---- replies ------------------------------------------------------------------------------------
     def _reply(self, run: SimulatedRun, flags: bool = True) -> dict[str, Any]:
@@ -102,6 +125,22 @@ class Simulation:
         self.budget -= 1
 
     def continue_(self, body: dict[str, Any], debug: bool) -> dict[str, Any]:
+        self.continues += 1
+        number, faults = self.continues, self.faults
+        if number in faults.status:
+            raise Refused(faults.status[number], "a fault on demand")
+        if number in faults.hang_unrecorded:
+            faults.reached.set()
+            time.sleep(faults.seconds)
+            raise Dropped
+        reply = self._continue(body, debug)
+        if number in faults.hang_after_record:
+            faults.reached.set()
+            time.sleep(faults.seconds)
+            raise Dropped
+        return reply
+
+    def _continue(self, body: dict[str, Any], debug: bool) -> dict[str, Any]:
         run = self._active(str(body.get("run_id") or ""), debug)
         response, citations = body.get("response"), body.get("citations", {})
         if not isinstance(response, str) or not isinstance(citations, dict):
@@ -188,6 +227,8 @@ class Simulation:
                     return 404, "application/json", json.dumps({"detail": "Not Found"})
         except Refused as exc:
             return exc.status, "application/json", json.dumps({"detail": exc.detail})
+        except Dropped:
+            return 0, "", ""
         return 200, "application/json", json.dumps(result, ensure_ascii=False)
 
 
@@ -206,6 +247,9 @@ class SimulationServer:
                 length = int(self.headers.get("Content-Length") or 0)
                 status, kind, text = owner.simulation.handle(method, self.path, self.headers,
                                                              self.rfile.read(length))
+                if status == 0:  # dropped: close the connection without a reply
+                    self.close_connection = True
+                    return
                 payload = text.encode("utf-8")
                 self.send_response(status)
                 self.send_header("Content-Type", kind)
