@@ -21,27 +21,45 @@ def _token(env: str) -> str:
 
 
 def simulate_user_command(
-    user: str = typer.Option("replay", "--user", help="replay: a topic's recorded utterances, in order."),
-    topics: str = typer.Option("ikat23-test", "--topics", "-t", help="Topics the users replay (name, id or file)."),
+    user: str = typer.Option("replay", "--user", help="replay: a topic's recorded utterances, in order; rubric: the "
+                             "2025 rubric questions, one at a time, each answer scored 0-5 by an LLM."),
+    topics: str | None = typer.Option(None, "--topics", "-t", help="Topics of the users (default: ikat23-test "
+                                      "for replay, ikat25-test for rubric)."),
     conversations: int | None = typer.Option(None, "--conversations", min=1, help="Only the first N conversations."),
     port: int = typer.Option(8765, "--port", min=0, help="Port on 127.0.0.1 (0: any free port)."),
     protocol: int = typer.Option(2026, "--protocol", help="2025 or 2026: field names and limits."),
     token_env: str = typer.Option("IKAT_API_TOKEN", "--token-env", help="Variable holding the token it accepts."),
     log: Path | None = typer.Option(None, "--log", help="Every exchange as JSON lines (default: none)."),
     budget: int = typer.Option(5, "--budget", min=0, help="Debug sessions allowed (debug/start, debug/continue)."),
+    model: str = typer.Option("gpt-4o-mini", "--model", help="rubric: the LLM that scores the answers."),
+    base_url: str | None = typer.Option(None, "--base-url", help="rubric: its OpenAI-compatible server."),
+    patience: int = typer.Option(12, "--patience", min=1, help="rubric: the most turns a user takes per topic."),
+    uncooperative: bool = typer.Option(False, "--uncooperative", help="rubric: never restate a missed question."),
+    style: str = typer.Option("terse", "--style", help="rubric: terse or verbose wording."),
 ) -> None:
     """Serve simulated users on 127.0.0.1 that speak the iKAT simulation API, to test `apcir converse` against."""
     from apcir import datasets
     from apcir.live.server import Simulation, SimulationServer, protocol_for
     from apcir.live.users import replay_sessions
 
-    if user != "replay":
-        raise ApcirError(f"--user {user!r}: only 'replay' is built so far")
-    turns = datasets.topics(topics)
-    simulation = Simulation(lambda: replay_sessions(turns, conversations), _token(token_env), protocol_for(protocol),
-                            log=log, budget=budget)
+    if user not in ("replay", "rubric"):
+        raise ApcirError(f"--user {user!r}: expected replay or rubric")
+    if style not in ("terse", "verbose"):
+        raise ApcirError(f"--style {style!r}: expected terse or verbose")
+    turns = datasets.topics(topics or ("ikat23-test" if user == "replay" else "ikat25-test"))
+    if user == "replay":
+        make = lambda: replay_sessions(turns, conversations)  # noqa: E731
+    else:
+        from apcir.live.users import LLMScorer, rubric_sessions
+
+        scorer = LLMScorer(model, base_url=base_url, api_key=os.environ.get("OPENAI_API_KEY"))
+
+        def make():  # type: ignore[no-untyped-def]
+            return rubric_sessions(turns, scorer, conversations=conversations, patience=patience,
+                                   cooperative=not uncooperative, style=style)
+    simulation = Simulation(make, _token(token_env), protocol_for(protocol), log=log, budget=budget)
     server = SimulationServer(simulation, port)
-    console.print(f"simulated users ({user}, {topics}) at {server.url} (protocol {protocol}); Ctrl-C stops",
+    console.print(f"simulated users ({user}) at {server.url} (protocol {protocol}); Ctrl-C stops",
                   highlight=False)
     try:
         server.httpd.serve_forever()

@@ -152,14 +152,14 @@ class Simulation:
                 raise Refused(422, f"response has {tokens} tokens, more than {self.protocol.response_tokens}")
             if len(citations) > 1000:
                 raise Refused(422, "more than 1000 citations")
+            utterance = session.current()
             entry = {"run_id": run.run_id, "topic_id": session.topic_id, "user_id": session.user_id,
-                     "turn": session.position + 1, "utterance": session.current(), "response": response,
+                     "turn": len(session.history) // 2 + 1, "utterance": utterance, "response": response,
                      "citations": citations, "ptkb_provenance": self.protocol.ptkb_provenance(body)}
+            entry.update(session.advance(response))  # the user's own notes (a rubric user's score)
             run.answers.append(entry)
             self._write_log(entry)
-            session.history += [{"role": "user", "content": session.current()},
-                                {"role": "assistant", "content": response}]
-            session.position += 1
+            session.history += [{"role": "user", "content": utterance}, {"role": "assistant", "content": response}]
             return self._reply(run)
         # the closing words' response is ignored: the next topic starts
         if debug:

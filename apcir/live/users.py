@@ -1,5 +1,12 @@
 """Local simulated users that speak the simulation API (``apcir simulate-user``), to test a live run against.
 
+``rubric``: the organisers' design (a planning user): the user of a 2025 topic (its PTKB) works through the
+topic's grading-rubric questions (bundled, CC BY 4.0), one at a time. An LLM scores each answer 0-5 against
+the current question; above 3 the user moves to the next one, and after 3 tries it moves on anyway; when the
+questions are done (or its patience, the most turns, runs out) it thanks and ends. Knobs after the 2026
+guidelines: ``patience``, ``cooperative`` (an uncooperative user does not restate the question when an answer
+misses it) and ``style`` (terse or verbose wording).
+
 ``replay``: a topic's recorded utterances, in order, whatever the answers; after the last one the user
 closes the session ("Thank you, that is all.", flagged ``last_response_of_session``). Topic ids are the
 conversation ids of the topics, so the live run's turn ids (``{topic_id}_{n}``) are the qrels' ids. A user
@@ -9,7 +16,12 @@ same ``user_id``, with the same PTKB, sent as ``user_meta.ptkb`` (2026) when ask
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from apcir.contract.records import Turn
 
@@ -35,6 +47,11 @@ class Session:
     def current(self) -> str:
         return CLOSING if self.closing else self.utterances[self.position]
 
+    def advance(self, response: str) -> dict[str, Any]:
+        """Take the system's answer to the current utterance; returns what the user's log adds about it."""
+        self.position += 1
+        return {}
+
 
 def persona_of(conversation_id: str) -> str:
     """iKAT conversations of one persona share the number before the dash (``9-1``, ``9-2``: user ``9``)."""
@@ -49,3 +66,84 @@ def replay_sessions(turns: list[Turn], conversations: int | None = None) -> list
     sessions = [Session(cid, persona_of(cid), [t.utterance for t in sorted(ts, key=lambda t: t.turn_number)],
                         dict(ts[0].ptkb)) for cid, ts in by_conversation.items()]
     return sessions[:conversations] if conversations else sessions
+
+
+RUBRICS = Path(__file__).resolve().parent.parent / "datasets" / "interactive" / "rubrics-2025.json"
+PASS_SCORE = 3
+"""An answer scored above this covers the question: the user moves on."""
+TRIES = 3
+
+
+@dataclass
+class RubricSession(Session):
+    """A user working through a topic's rubric questions (see the module docstring)."""
+
+    rubrics: list[str] = field(default_factory=list)
+    score: Callable[[str, str], int] | None = None
+    patience: int = 12
+    cooperative: bool = True
+    style: str = "terse"
+    tries: int = 0
+    turns: int = 0
+
+    @property
+    def closing(self) -> bool:
+        return self.position >= len(self.rubrics) or self.turns >= self.patience
+
+    def current(self) -> str:
+        if self.closing:
+            return CLOSING
+        question = self.rubrics[self.position]
+        if self.tries and self.cooperative:
+            return f"That does not quite answer it. {question}"
+        if self.tries:
+            return "Hmm." if self.style == "terse" else "I am not sure that helps me."
+        return question if self.style == "terse" else f"I have been wondering about this for a while: {question}"
+
+    def advance(self, response: str) -> dict[str, Any]:
+        assert self.score is not None
+        question = self.rubrics[self.position]
+        value = self.score(question, response)
+        self.turns += 1
+        self.tries += 1
+        entry = {"rubric": question, "score": value, "try": self.tries}
+        if value > PASS_SCORE or self.tries >= TRIES:
+            self.position += 1
+            self.tries = 0
+        return entry
+
+
+def rubric_sessions(turns: list[Turn], score: Callable[[str, str], int], *, conversations: int | None = None,
+                    patience: int = 12, cooperative: bool = True, style: str = "terse",
+                    rubrics: Path = RUBRICS) -> list[RubricSession]:
+    """One rubric user per conversation of the 2025 topics ``turns`` that has rubric questions."""
+    questions: dict[str, list[str]] = json.loads(rubrics.read_text(encoding="utf-8"))
+    by_conversation: dict[str, Turn] = {}
+    for turn in turns:
+        by_conversation.setdefault(turn.conversation_id, turn)
+    sessions = [RubricSession(cid, persona_of(cid), [], dict(first.ptkb), rubrics=list(questions[cid]), score=score,
+                              patience=patience, cooperative=cooperative, style=style)
+                for cid, first in by_conversation.items() if questions.get(cid)]
+    return sessions[:conversations] if conversations else sessions
+
+
+class LLMScorer:
+    """Scores an answer 0-5 against a rubric question with a model on an OpenAI-compatible server (one request
+    per answer; an answer it cannot read scores 0)."""
+
+    PROMPT = ("You grade how well an answer covers a question. Reply with one digit from 0 (not at all) to 5 "
+              "(fully).\nQuestion: {question}\nAnswer: {answer}\nGrade (0-5):")
+
+    def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, timeout: float = 120.0):
+        from openai import OpenAI
+
+        self.model = model
+        self.client = OpenAI(base_url=base_url, api_key=api_key or "unused", timeout=timeout, max_retries=2)
+
+    def __call__(self, question: str, answer: str) -> int:
+        reply = self.client.chat.completions.create(
+            model=self.model, temperature=0.0, max_tokens=4,
+            messages=[{"role": "user", "content": self.PROMPT.format(question=question, answer=answer[:2000])}])
+        text = reply.choices[0].message.content or ""
+        found = re.search(r"[0-5]", text)
+        return int(found.group(0)) if found else 0

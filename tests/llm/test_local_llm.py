@@ -182,3 +182,39 @@ def test_a_missing_model_file_is_one_line(tmp_path):
     with pytest.raises(ApcirError, match="GGUF model file not found"):
         LocalServer(tmp_path / "none.gguf")
     assert Path(str(tmp_path)).exists()
+
+
+def test_the_rubric_user_played_by_the_local_llm_talks_with_converse(server, small, tmp_path):
+    """The local LLM scores each answer against the rubric question (the user moves on above 3, or after 3
+    tries); apcir converse answers two 2025 conversations to the end; the scores are in the user's log."""
+    import json
+
+    import apcir
+    from apcir.experiment.config import validate_config
+    from apcir.live.client import SimulationClient
+    from apcir.live.converse import Converse
+    from apcir.live.protocol import PROTOCOLS
+    from apcir.live.server import Simulation, SimulationServer
+    from apcir.live.users import LLMScorer, rubric_sessions
+
+    _, collection, index, chosen = small
+    qrels = apcir.qrels("ikat23-test-provenance")
+    some = [t for t in apcir.topics("ikat23-test") if t.turn_id in set(chosen)]
+    records = apcir.reformulate(some, "heuristic")
+    lists = [apcir.retrieve(records, index, field=f) for f in ("rewrite", "rewrite_response", "third")]
+    apcir.tune(lists, {t: r.output.level for t, r in records.items()}, qrels, step="0.5").save(tmp_path / "w.json")
+    config = validate_config({
+        "name": "rubric", "topics": "ikat25-test",
+        "retrieval": {"index": str(index), "collection": str(collection), "encoder": "splade-tiny"},
+        "fusion": {"weights": {"source": "file", "file": str(tmp_path / "w.json")}, "baselines": False}})
+    scorer = LLMScorer("smollm2", base_url=server.url)
+    log = tmp_path / "users.jsonl"
+    simulation = Simulation(lambda: rubric_sessions(apcir.topics("ikat25-test"), scorer, conversations=2,
+                                                    patience=3), "rubric-token", PROTOCOLS[2026], log=log)
+    with SimulationServer(simulation) as users:
+        client = SimulationClient(users.url, "rubric-token", PROTOCOLS[2026])
+        summary = Converse(config, client, tmp_path / "run", run_id="rubric").play()
+        assert client.status("rubric")["status"] == "completed"
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len({e["topic_id"] for e in entries}) == 2 and summary.answered == len(entries) == 6  # patience 3 each
+    assert all(isinstance(e["score"], int) and 0 <= e["score"] <= 5 and e["rubric"] for e in entries)
