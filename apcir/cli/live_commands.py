@@ -91,14 +91,18 @@ def converse_command(
     from apcir.live.converse import Converse
     from apcir.live.server import protocol_for
 
+    from apcir.experiment.pipeline import config_inputs
+    from apcir.io import refuse_inputs_inside
+
     experiment = load_config(resolve_config_path(config))
+    target = out or Path("runs") / "live" / run_id
+    refuse_inputs_inside(target, [*config_inputs(experiment), str(ptkb) if ptkb else None], "run directory")
     client = SimulationClient(api, _token(token_env), protocol_for(protocol))
     statements: dict[str, dict[str, str]] = {}
     if ptkb is not None:
         raw = json.loads(ptkb.read_text(encoding="utf-8"))
         statements = {str(u): ({str(i): s for i, s in enumerate(v, 1)} if isinstance(v, list) else dict(v))
                       for u, v in raw.items()}
-    target = out or Path("runs") / "live" / run_id
     session = Converse(experiment, client, target, run_id=run_id, description=description,
                        track_persona=track_persona, debug=debug, ptkb=statements, turn_budget=turn_budget)
     try:

@@ -194,6 +194,8 @@ def _overwrite_cases(work) -> dict[str, list[tuple[list[str], Path]]]:
         "report": [(["report", str(work["base"]), "-o", str(work["base"])], work["weights"])],
         "inspect": [(["inspect", str(work["base"]), "-o", w["fused"]], work["fused"])],
         "run": [(["run", str(config)], work["refs"])],
+        "converse": [(["converse", str(config), "--api", "http://127.0.0.1:9/", "--run-id", "x", "-o",
+                       str(work["base"])], work["refs"])],
     }
 
 
