@@ -87,12 +87,11 @@ def converse_command(
 ) -> None:
     """Play a whole live run: answer each utterance as it arrives, through the stages of `apcir run`."""
     from apcir.experiment.config import load_config, resolve_config_path
+    from apcir.experiment.pipeline import config_inputs
+    from apcir.io import refuse_inputs_inside
     from apcir.live.client import SimulationClient
     from apcir.live.converse import Converse
     from apcir.live.server import protocol_for
-
-    from apcir.experiment.pipeline import config_inputs
-    from apcir.io import refuse_inputs_inside
 
     experiment = load_config(resolve_config_path(config))
     target = out or Path("runs") / "live" / run_id
