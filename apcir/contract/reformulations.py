@@ -42,6 +42,8 @@ class ReformulationOutput(BaseModel):
     third_rewrite: str = Field(description="level a: another neutral rewrite q''; b/c: personalised rewrite q^u")
     third_response: str = Field(description="pseudo-response to third_rewrite")
     ptkb_used: list[str] = Field(default_factory=list, description="ids of the PTKB statements the third rewrite used")
+    persona: list[str] = Field(default_factory=list, description="statements about the user this utterance reveals "
+                                                                 "(asked for only when tracking the persona live)")
 
     @property
     def personalised_text(self) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -41,6 +42,17 @@ from apcir.live.protocol import HistoryMessage, Utterance, fit_tokens
 
 JOURNAL = "conversation.jsonl"
 RUN_FILE = "live.run"
+
+
+_FIRST_PERSON = re.compile(r"^(I|I'm|I am|I've|I have|My|We|Our)\b")
+
+
+def first_person_facts(utterance: str) -> list[str]:
+    """The statements about the user an utterance makes (its first-person sentences that are not questions): the
+    persona memory of an offline reformulator, which has no model to ask."""
+    sentences = re.split(r"(?<=[.!?])\s+", utterance.strip())
+    return [s if s.endswith((".", "!")) else s + "." for s in (x.strip() for x in sentences)
+            if s and not s.endswith("?") and _FIRST_PERSON.match(s)]
 
 
 class SessionUnknown(ApcirError):
@@ -127,6 +139,7 @@ class Converse:
         self.turn_budget = turn_budget
         self._rerankers: dict[str, Any] = {}
         self._skipped: list[str] = []
+        self._current_user = ""
         self.out.mkdir(parents=True, exist_ok=True)
         self.journal = Journal(self.out / JOURNAL)
         self.summary = ConverseSummary(run_id)
@@ -174,6 +187,8 @@ class Converse:
         history = [HistoryEntry(turn_id=f"{conversation}_{i}", utterance=u, response=answered[i - 1]
                                 if i - 1 < len(answered) else "") for i, u in enumerate(asked, 1)]
         ptkb = reply.ptkb() or self.ptkb.get(reply.user_id, {})
+        if not ptkb and self.track_persona:  # what the user said about themself so far, in this run
+            ptkb = {str(i): s for i, s in enumerate(self.memory(reply.user_id), 1)}
         return Turn(turn_id=f"{conversation}_{len(asked) + 1}", conversation_id=conversation,
                     turn_number=len(asked) + 1, utterance=reply.utterance, ptkb=ptkb, history=history)
 
@@ -189,7 +204,11 @@ class Converse:
 
         config, seconds = self.config, {}
         started = time.perf_counter()
-        reformulate([turn], config.reformulator, self.out / "reformulations.jsonl", progress=False)
+        options = config.reformulator
+        asks_model = not self._offline_reformulator(options.method)
+        if self.track_persona and asks_model:  # the persona's new statements: a field of the same LLM answer
+            options = options.model_copy(update={"prompt": options.prompt.model_copy(update={"track_persona": True})})
+        reformulate([turn], options, self.out / "reformulations.jsonl", progress=False)
         records: dict[str, ReformulationRecord] = with_fallbacks(
             {k: v for k, v in load_reformulations(self.out / "reformulations.jsonl").items()
              if k == turn.turn_id}, [turn])
@@ -204,6 +223,10 @@ class Converse:
         assert self._weights is not None
         output = records[turn.turn_id].output
         level = output.level if output is not None else "a"
+        if self.track_persona:
+            learned = list(output.persona) if asks_model and output is not None else first_person_facts(
+                turn.utterance)
+            self.remember(self._current_user, learned)
         fused = fuse_linear([lists[n] for n in LIST_NAMES], {turn.turn_id: level}, self._weights,
                             config.fusion.norm, config.fusion.depth, missing_level="a")
         seconds["fuse"] = time.perf_counter() - mark
@@ -258,6 +281,31 @@ class Converse:
         result, summary = rerank_run(fused, record_queries(records, settings.field), texts, settings,
                                      reranker=self._rerankers[settings.label], progress=False)
         return result
+
+    # ---- the persona memory (--track-persona) -------------------------------------------------------------
+    def _memory_file(self, user_id: str) -> Path:
+        return self.out / "persona" / f"{user_id}.json"
+
+    def memory(self, user_id: str) -> list[str]:
+        """The statements about ``user_id`` learned so far in this run (kept in the run directory)."""
+        path = self._memory_file(user_id)
+        return list(json.loads(path.read_text(encoding="utf-8"))) if path.exists() else []
+
+    def remember(self, user_id: str, statements: list[str]) -> None:
+        from apcir.io import write_json
+
+        known = self.memory(user_id)
+        seen = {s.casefold() for s in known}
+        new = [s for s in statements if s.strip() and s.casefold() not in seen]
+        if new:
+            self._memory_file(user_id).parent.mkdir(parents=True, exist_ok=True)
+            write_json(self._memory_file(user_id), known + new)
+
+    @staticmethod
+    def _offline_reformulator(method: str) -> bool:
+        from apcir.reformulation.registry import is_offline
+
+        return is_offline(method)
 
     @staticmethod
     def _offline(responder: str) -> bool:
@@ -343,6 +391,7 @@ class Converse:
         return None
 
     def _compute(self, reply: Utterance) -> Answer:
+        self._current_user = reply.user_id
         turn = self.turn_of(reply)
         answer = self.answer(turn)
         ranked = dict(ranking(self.run.get(turn.turn_id, {}), self.config.fusion.depth))

@@ -41,7 +41,7 @@ def identity(turns: Sequence[Turn], options: ReformulatorOptions) -> dict[str, A
     digest = hashlib.sha256()
     for turn in turns:
         digest.update(cache_key(options.method, build_prompt(turn, options.prompt).messages, params).encode())
-    schema = json.dumps(output_schema(options.prompt.cot), sort_keys=True)
+    schema = json.dumps(output_schema(options.prompt.cot, options.prompt.track_persona), sort_keys=True)
     return {
         "requests": digest.hexdigest()[:16],
         "schema": hashlib.sha256(schema.encode()).hexdigest()[:16],
@@ -96,7 +96,7 @@ def produce(
 ) -> str | None:
     """Ask the model for every turn, emitting each record as soon as its answer is in."""
     settings = LLMSettings.model_validate(options.model_dump(include=set(LLMSettings.model_fields), exclude_unset=True))
-    cot = options.prompt.cot
+    cot, persona = options.prompt.cot, options.prompt.track_persona
     prompts, notes = fitted_prompts(turns, options)
     by_id = {t.turn_id: t for t in turns}
     over = [t for t in turns if any(n.startswith("still over") for n in notes.get(t.turn_id, []))]
@@ -111,11 +111,11 @@ def produce(
         Ask(
             key=turn.turn_id,
             messages=prompts[turn.turn_id].messages,
-            parse=partial(parse_answer, turn=turn, cot=cot),
-            repair=partial(_repair, prompts[turn.turn_id], cot),
-            schema=output_schema(cot),
+            parse=partial(parse_answer, turn=turn, cot=cot, persona=persona),
+            repair=partial(_repair, prompts[turn.turn_id], cot, persona),
+            schema=output_schema(cot, persona),
             schema_name=SCHEMA_NAME,
-            grammar=grammar_schema(cot, turn),
+            grammar=grammar_schema(cot, turn, persona),
         )
         for turn in turns
     ]
@@ -130,14 +130,14 @@ def produce(
                    read_cache=not refresh)
 
 
-def _repair(prompt: Prompt, cot: bool, raw: str, problem: str) -> list[dict[str, str]]:
-    return repair_messages(prompt, raw, problem, cot)
+def _repair(prompt: Prompt, cot: bool, persona: bool, raw: str, problem: str) -> list[dict[str, str]]:
+    return repair_messages(prompt, raw, problem, cot, persona)
 
 
 def shaping(options: ReformulatorOptions) -> dict[str, Any]:
     """What shapes every record a model writes: the prompt, the request's parameters, the server."""
     from apcir.llm.settings import public_url
 
-    return {"prompt": options.prompt.model_dump(mode="json"), "params": options.params(),
+    return {"prompt": options.prompt.snapshot(), "params": options.params(),
             "structured": options.structured, "base_url": public_url(options.resolved_base_url()),
             "max_prompt_tokens": options.max_prompt_tokens}

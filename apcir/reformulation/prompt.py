@@ -48,6 +48,17 @@ class PromptOptions(BaseModel):
         ge=0,
         description="cut each history response to N characters (None: keep whole)",
     )
+    track_persona: bool = Field(
+        default=False, description="also ask for the statements about the user the utterance reveals (a live run "
+        "that keeps a persona memory: apcir converse --track-persona)")
+
+    def snapshot(self) -> dict[str, Any]:
+        """The options as records and summaries keep them (``track_persona`` only when on, so that files written
+        before it existed still resume)."""
+        data = self.model_dump(mode="json")
+        if not self.track_persona:
+            data.pop("track_persona")
+        return data
 
 
 # --- instructions ------------------------------------------------------------------------------
@@ -83,7 +94,7 @@ the nationality.
 (c) "I am allergic to nuts." -> "Which of these desserts can I eat?" -> c: the allergy decides."""
 
 
-def _contract(cot: bool) -> str:
+def _contract(cot: bool, persona: bool = False) -> str:
     keys = []
     if cot:
         keys.append(
@@ -100,6 +111,9 @@ def _contract(cot: bool) -> str:
         '"third_response": a short plausible answer to "third_rewrite"',
         '"ptkb_used": the numbers (as strings) of the profile statements "third_rewrite" used; [] for level a',
     ]
+    if persona:
+        keys.append('"persona": short first-person facts about the user that the current utterance reveals '
+                    '(e.g. "I am vegetarian."), not already in the profile; [] when there are none')
     lines = "\n".join(f"- {k}" for k in keys)
     return (
         "Answer with one JSON object and nothing else, with exactly these keys:\n"
@@ -112,7 +126,7 @@ def system_message(options: PromptOptions) -> str:
     parts = [_TASK, _LEVELS]
     if options.level_examples:
         parts.append(_LEVEL_EXAMPLES)
-    parts.append(_contract(options.cot))
+    parts.append(_contract(options.cot, options.track_persona))
     return "\n\n".join(parts)
 
 
@@ -252,7 +266,7 @@ def fit_prompt(turn: Turn, options: PromptOptions, budget: int,
     return prompt, notes
 
 
-def repair_messages(prompt: Prompt, raw: str, problem: str, cot: bool) -> list[Message]:
+def repair_messages(prompt: Prompt, raw: str, problem: str, cot: bool, persona: bool = False) -> list[Message]:
     """The follow-up asking the model to fix an answer that did not parse or validate."""
     return [
         *prompt.messages,
@@ -261,7 +275,7 @@ def repair_messages(prompt: Prompt, raw: str, problem: str, cot: bool) -> list[M
             "role": "user",
             "content": (
                 f"Your answer could not be used: {problem}. Reply again with only the JSON object, "
-                "with exactly the keys asked for and no other text.\n\n" + _contract(cot)
+                "with exactly the keys asked for and no other text.\n\n" + _contract(cot, persona)
             ),
         },
     ]
@@ -270,7 +284,7 @@ def repair_messages(prompt: Prompt, raw: str, problem: str, cot: bool) -> list[M
 # --- the JSON contract as a schema -------------------------------------------------------------
 
 
-def output_schema(cot: bool) -> dict[str, Any]:
+def output_schema(cot: bool, persona: bool = False) -> dict[str, Any]:
     """JSON schema of the answer (strict-mode compatible: all keys required, no extras)."""
     properties: dict[str, Any] = {}
     if cot:
@@ -285,6 +299,8 @@ def output_schema(cot: bool) -> dict[str, Any]:
             "ptkb_used": {"type": "array", "items": {"type": "string"}},
         }
     )
+    if persona:
+        properties["persona"] = {"type": "array", "items": {"type": "string"}}
     return {
         "type": "object",
         "properties": properties,
@@ -293,10 +309,10 @@ def output_schema(cot: bool) -> dict[str, Any]:
     }
 
 
-def grammar_schema(cot: bool, turn: Turn) -> dict[str, Any]:
+def grammar_schema(cot: bool, turn: Turn, persona: bool = False) -> dict[str, Any]:
     """:func:`output_schema` with what constrained decoding (llama.cpp) can enforce beyond strict mode: texts that
     are not empty (and a reasoning of bounded length), statement ids of this turn's profile only."""
-    schema = output_schema(cot)
+    schema = output_schema(cot, persona)
     properties = schema["properties"]
     for name in ("rewrite", "response", "third_rewrite", "third_response"):
         properties[name] = {"type": "string", "minLength": 3}
@@ -324,7 +340,7 @@ def estimate_tokens(text: str) -> int:
     return (len(text) + 3) // 4
 
 
-def parse_answer(raw: str, turn: Turn, cot: bool) -> ReformulationOutput:
+def parse_answer(raw: str, turn: Turn, cot: bool, persona: bool = False) -> ReformulationOutput:
     """Parse and validate an answer; raises :class:`InvalidAnswer` naming what is wrong."""
     data = extract_json(raw)
     if not isinstance(data, dict):
@@ -333,6 +349,10 @@ def parse_answer(raw: str, turn: Turn, cot: bool) -> ReformulationOutput:
         data.setdefault("reasoning", "")
     if isinstance(data.get("ptkb_used"), list):
         data["ptkb_used"] = [str(x).strip() for x in data["ptkb_used"]]
+    if not persona:
+        data.pop("persona", None)  # not asked for: never kept
+    elif isinstance(data.get("persona"), list):
+        data["persona"] = [str(x).strip() for x in data["persona"] if str(x).strip()]
     if isinstance(data.get("level"), str):
         data["level"] = data["level"].strip().strip("()").lower()
     try:

@@ -145,7 +145,7 @@ def _config_snapshot(options: ReformulatorOptions, offline: bool, refresh: bool)
     if options.method.startswith("file:"):
         config.update(map=options.map, level_fallback=options.level_fallback)
     elif not offline:
-        config.update(options.client_snapshot(refresh), prompt_options=options.prompt.model_dump())
+        config.update(options.client_snapshot(refresh), prompt_options=options.prompt.snapshot())
     return config
 
 

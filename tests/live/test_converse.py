@@ -274,3 +274,52 @@ def test_a_submitted_reranker_runs_live_and_the_turn_budget_decides_from_earlier
     converse.summary.seconds["rerank"] = [0.1]
     assert not converse._over_budget(time.perf_counter() - 0.5, "rerank")
     assert converse._over_budget(time.perf_counter() - 1.5, "respond")  # already over: nothing optional runs
+
+
+def test_track_persona_keeps_a_memory_per_user_that_carries_over_to_their_next_topic(live_setup, tmp_path):
+    """2025 replies carry no PTKB: with --track-persona the user's first-person statements (an offline
+    reformulator) or the LLM answer's `persona` field (a model) become the user's PTKB for later turns and
+    topics, kept in the run directory."""
+    import json as _json
+
+    from fake_openai import FakeOpenAI
+
+    from apcir.live.protocol import Utterance
+
+    folder, _, data = live_setup
+    turns = [t for t in apcir.topics("ikat23-test") if t.conversation_id in ("9-1", "9-2") and t.turn_number <= 4]
+    server, _ = _serve(turns, tmp_path, year=2025)
+    try:
+        client = SimulationClient(server.url, CANARY, PROTOCOLS[2025])
+        converse = Converse(validate_config(data), client, tmp_path / "run", run_id="p", track_persona=True)
+        converse.play()
+    finally:
+        server.stop()
+    memory = converse.memory("9")
+    assert "I prefer a natural diet, not a pill-based diet." in memory
+    later = converse.turn_of(Utterance(run_id="p", topic_id="9-2", user_id="9", utterance="and now?"))
+    assert list(later.ptkb.values()) == memory  # the memory is the user's PTKB in their next topic
+    assert _json.loads((tmp_path / "run" / "persona" / "9.json").read_text()) == memory
+
+    def answer_with_persona(body):
+        return _json.dumps({"reasoning": "r", "level": "b", "rewrite": "a rewrite", "response": "an answer",
+                            "third_rewrite": "a personal rewrite", "third_response": "x", "ptkb_used": [],
+                            "persona": ["I am vegan."]})
+
+    one = turns[:2]
+    with FakeOpenAI(content=answer_with_persona) as llm:
+        server, _ = _serve(one, tmp_path, year=2025)
+        try:
+            model = {**data, "reformulator": {"method": "gpt-test", "base_url": llm.url,
+                                              "cache_dir": str(tmp_path / "cache"), "concurrency": 1}}
+            converse = Converse(validate_config(model), SimulationClient(server.url, CANARY, PROTOCOLS[2025]),
+                                tmp_path / "run-llm", run_id="q", track_persona=True)
+            converse.play()
+        finally:
+            server.stop()
+        system = llm.requests[0]["messages"][0]["content"]
+    assert '"persona"' in system, "the same LLM call asks for the persona's statements"
+    from apcir.reformulation.prompt import build_prompt
+
+    assert '"persona"' not in build_prompt(turns[0]).messages[0]["content"]  # without tracking: the paper's prompt
+    assert converse.memory("9") == ["I am vegan."]
