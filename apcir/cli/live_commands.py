@@ -80,6 +80,10 @@ def converse_command(
     token_env: str = typer.Option("IKAT_API_TOKEN", "--token-env", help="Variable holding the API token."),
     ptkb: Path | None = typer.Option(None, "--ptkb", help="JSON {user_id: [statements]} when replies carry none."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Run directory (default runs/live/<run id>)."),
+    citations: int | None = typer.Option(None, "--citations", min=1, help="Citations sent per answer (default: "
+                                         "the protocol's, 10 in 2026, 1,000 in 2025)."),
+    response_tokens: int | None = typer.Option(None, "--response-tokens", min=1, help="The response's token limit "
+                                               "(default 250, the server's check)."),
     turn_budget: float | None = typer.Option(
         None, "--turn-budget", min=0.1, help="Seconds a turn may take: beyond, the re-rankers are skipped, then an "
         "LLM responder gives way to the extractive one (said in the journal and the summary)."),
@@ -96,7 +100,12 @@ def converse_command(
     experiment = load_config(resolve_config_path(config))
     target = out or Path("runs") / "live" / run_id
     refuse_inputs_inside(target, [*config_inputs(experiment), str(ptkb) if ptkb else None], "run directory")
-    client = SimulationClient(api, _token(token_env), protocol_for(protocol))
+    from dataclasses import replace
+
+    rules = protocol_for(protocol)
+    rules = replace(rules, citations=citations or rules.citations,
+                    response_tokens=response_tokens or rules.response_tokens)
+    client = SimulationClient(api, _token(token_env), rules)
     statements: dict[str, dict[str, str]] = {}
     if ptkb is not None:
         raw = json.loads(ptkb.read_text(encoding="utf-8"))
@@ -105,7 +114,11 @@ def converse_command(
     session = Converse(experiment, client, target, run_id=run_id, description=description,
                        track_persona=track_persona, debug=debug, ptkb=statements, turn_budget=turn_budget)
     try:
+        if debug:
+            console.print(f"debug budget before: {client.budget()}", highlight=False)
         summary = session.play()
+        if debug:
+            console.print(f"debug budget after: {client.budget()}", highlight=False)
     except ApcirError as exc:
         raise ApcirError(client.clean(str(exc))) from None
     latency = summary.latency()

@@ -323,3 +323,38 @@ def test_track_persona_keeps_a_memory_per_user_that_carries_over_to_their_next_t
 
     assert '"persona"' not in build_prompt(turns[0]).messages[0]["content"]  # without tracking: the paper's prompt
     assert converse.memory("9") == ["I am vegan."]
+
+
+def test_server_faults_retried_and_a_server_that_cannot_say_stops_the_run(live_setup, tmp_path):
+    from apcir.live.converse import SessionUnknown
+    from apcir.live.server import Faults
+
+    folder, turns, data = live_setup
+    one = [t for t in turns if t.conversation_id == turns[0].conversation_id][:3]
+    log = tmp_path / "users.jsonl"
+    simulation = Simulation(lambda: replay_sessions(one), CANARY, PROTOCOLS[2026], log=log,
+                            faults=Faults(status={2: 503, 3: 502}))
+    with SimulationServer(simulation) as server:
+        client = SimulationClient(server.url, CANARY, PROTOCOLS[2026], retry_delay=0.01)
+        summary = Converse(validate_config(data), client, tmp_path / "run", run_id="f").play()
+    answered = [(e["topic_id"], e["turn"]) for e in map(json.loads, log.read_text().splitlines())]
+    assert answered == [(t.conversation_id, t.turn_number) for t in one] and summary.answered == len(one)
+    assert simulation.continues == len(one) + 2  # two 5xx, each answer sent again and recorded once
+
+    class NoSession(SimulationClient):
+        def session(self, run_id):
+            raise LiveError(404, "Not Found")
+
+    server, _ = _serve(one, tmp_path)
+    try:
+        first = Converse(validate_config(data), SimulationClient(server.url, CANARY, PROTOCOLS[2026]),
+                         tmp_path / "run2", run_id="g")
+        first.prepare()
+        first._opening()  # started: the journal says so
+        again = Converse(validate_config(data), NoSession(server.url, CANARY, PROTOCOLS[2026]),
+                         tmp_path / "run2", run_id="g")
+        with pytest.raises(SessionUnknown) as stopped:
+            again.play()
+        assert stopped.value.exit_code == 4
+    finally:
+        server.stop()
