@@ -440,6 +440,13 @@ def _records_file(out: PathLike | None, scratch: list[tempfile.TemporaryDirector
     return Path(scratch[-1].name) / name
 
 
+def _texts(passages: PathLike | Mapping[str, str], ids: set[str]) -> dict[str, str]:
+    """The texts of ``ids`` from ``{passage_id: text}`` or a collection (only these are read)."""
+    if isinstance(passages, Mapping):
+        return {p: passages[p] for p in ids if p in passages}
+    return datasets.passage_texts(datasets.collection_path(passages), ids)
+
+
 def _turns(value: PathLike | Sequence[Turn]) -> list[Turn]:
     return topics(value) if isinstance(value, (str, Path)) else list(value)
 
@@ -534,10 +541,7 @@ def rerank(run: Mapping[str, Mapping[str, float]], queries: Mapping[str, Any], p
     else:
         texts_of = {t: str(v) for t, v in queries.items()}
     needed = candidate_ids({t: dict(h) for t, h in run.items()}, config.depth)
-    if isinstance(passages, Mapping):
-        texts = {p: passages[p] for p in needed if p in passages}
-    else:
-        texts = datasets.passage_texts(datasets.collection_path(passages), needed)
+    texts = _texts(passages, needed)
     result, _ = rerank_run({t: dict(h) for t, h in run.items()}, texts_of, texts, config, progress=progress)
     return Run(result, name=f"{getattr(run, 'name', 'run')}+{config.label}")
 
@@ -558,10 +562,7 @@ def respond(turns: PathLike | Sequence[Turn], reformulations: Mapping[str, Refor
     config = RespondSettings.model_validate({**settings, "responder": responder})
     plain = {t: dict(h) for t, h in run.items()}
     needed = needed_passages(plain, chosen, config.top_k)
-    if isinstance(passages, Mapping):
-        texts = {p: passages[p] for p in needed if p in passages}
-    else:
-        texts = datasets.passage_texts(datasets.collection_path(passages), needed)
+    texts = _texts(passages, needed)
     ptkb = rank_statements(chosen, dict(reformulations), similarity_for("bm25", None))
     jobs = build_jobs(chosen, dict(reformulations), plain, texts, ptkb, config.top_k)
     scratch: list[Any] = []
@@ -592,12 +593,7 @@ def export(run: Mapping[str, Mapping[str, float]], turns: PathLike | Sequence[Tu
     records = dict(reformulations or {})
     used_top = USED_TOP
     wanted = text_ids(plain, responses, used_top)
-    if passages is None:
-        texts: dict[str, str] = {}
-    elif isinstance(passages, Mapping):
-        texts = {p: passages[p] for p in wanted if p in passages}
-    else:
-        texts = datasets.passage_texts(datasets.collection_path(passages), wanted)
+    texts = _texts(passages, wanted) if passages is not None else {}
     inputs = SubmissionInputs(run=plain, turns=chosen, run_name=run_name, run_type=config.run_type, team_id=team_id,
                               reformulations=records, passages=texts, mode=config.text, used_top=used_top,
                               responses=dict(responses) if responses is not None else None,

@@ -3,7 +3,6 @@ simulated users that speak the same API)."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -18,6 +17,17 @@ def _token(env: str) -> str:
     if not token:
         raise ApcirError(f"no API token: set the environment variable {env} (the token is never written anywhere)")
     return token
+
+
+def _ptkb_file(path: Path) -> dict[str, dict[str, str]]:
+    """``--ptkb``: ``{user_id: [statements]}`` (or ``{user_id: {id: statement}}``); a bad file is one line."""
+    from apcir.io import read_json
+
+    raw = read_json(path, "PTKB file")
+    if not isinstance(raw, dict) or not all(isinstance(v, (list, dict)) for v in raw.values()):
+        raise ApcirError("a PTKB file is a JSON object {user_id: [statements]}", path=path)
+    return {str(u): ({str(i): str(s) for i, s in enumerate(v, 1)} if isinstance(v, list)
+                     else {str(k): str(s) for k, s in v.items()}) for u, v in raw.items()}
 
 
 def simulate_user_command(
@@ -46,6 +56,11 @@ def simulate_user_command(
         raise ApcirError(f"--user {user!r}: expected replay or rubric")
     if style not in ("terse", "verbose"):
         raise ApcirError(f"--style {style!r}: expected terse or verbose")
+    if log is not None:
+        from apcir.io import check_writable, refuse_inputs_as_outputs
+
+        refuse_inputs_as_outputs([log], [topics])
+        check_writable(log, "user log")
     turns = datasets.topics(topics or ("ikat23-test" if user == "replay" else "ikat25-test"))
     if user == "replay":
         make = lambda: replay_sessions(turns, conversations)  # noqa: E731
@@ -106,11 +121,7 @@ def converse_command(
     rules = replace(rules, citations=citations or rules.citations,
                     response_tokens=response_tokens or rules.response_tokens)
     client = SimulationClient(api, _token(token_env), rules)
-    statements: dict[str, dict[str, str]] = {}
-    if ptkb is not None:
-        raw = json.loads(ptkb.read_text(encoding="utf-8"))
-        statements = {str(u): ({str(i): s for i, s in enumerate(v, 1)} if isinstance(v, list) else dict(v))
-                      for u, v in raw.items()}
+    statements = _ptkb_file(ptkb) if ptkb is not None else {}
     session = Converse(experiment, client, target, run_id=run_id, description=description,
                        track_persona=track_persona, debug=debug, ptkb=statements, turn_budget=turn_budget)
     try:

@@ -140,6 +140,9 @@ class Converse:
         self._rerankers: dict[str, Any] = {}
         self._skipped: list[str] = []
         self._current_user = ""
+        from apcir.io import check_writable_dir
+
+        check_writable_dir(self.out, "run directory")  # one line, before anything is asked or sent
         self.out.mkdir(parents=True, exist_ok=True)
         self.journal = Journal(self.out / JOURNAL)
         self.summary = ConverseSummary(run_id)

@@ -55,6 +55,8 @@ class Faults:
     hang_unrecorded: set[int] = field(default_factory=set)
     hang_after_record: set[int] = field(default_factory=set)
     seconds: float = 5.0
+    echo_token: bool = False
+    """A careless server: an error's detail quotes the Authorization header it got."""
     reached: threading.Event = field(default_factory=threading.Event)
     """Set when a hang starts (a test kills the client then)."""
 
@@ -226,7 +228,10 @@ class Simulation:
                 else:
                     return 404, "application/json", json.dumps({"detail": "Not Found"})
         except Refused as exc:
-            return exc.status, "application/json", json.dumps({"detail": exc.detail})
+            detail = exc.detail
+            if self.faults.echo_token:
+                detail += f" (request had Authorization: {headers.get('Authorization')})"
+            return exc.status, "application/json", json.dumps({"detail": detail})
         except Dropped:
             return 0, "", ""
         return 200, "application/json", json.dumps(result, ensure_ascii=False)

@@ -83,4 +83,4 @@ def test_kill_9_at_three_points_and_the_same_command_finishes(small, tmp_path):
     assert requests == len(turns) + 1, "only the request in flight at the first kill is asked again"
     journal = [json.loads(line) for line in (tmp_path / "run" / "conversation.jsonl").read_text().splitlines()]
     assert sum(e["event"] == "start" for e in journal) == 1
-    assert json.loads(out)["resent"] >= 0 and TOKEN not in out + err
+    assert json.loads(out)["answered"] >= 1 and TOKEN not in out + err

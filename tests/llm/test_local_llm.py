@@ -218,3 +218,18 @@ def test_the_rubric_user_played_by_the_local_llm_talks_with_converse(server, sma
     entries = [json.loads(line) for line in log.read_text().splitlines()]
     assert len({e["topic_id"] for e in entries}) == 2 and summary.answered == len(entries) == 6  # patience 3 each
     assert all(isinstance(e["score"], int) and 0 <= e["score"] <= 5 and e["rubric"] for e in entries)
+
+
+def test_the_persona_field_is_asked_of_the_real_server_under_its_grammar(server, tmp_path):
+    """converse --track-persona asks the per-turn reformulation for a `persona` field: llama.cpp accepts the
+    grammar with it and the answers carry the field (SmolLM2's statements need not be good ones)."""
+    import apcir
+    from apcir.reformulation.prompt import PromptOptions
+
+    turns = [t for t in datasets.topics("ikat23-test") if t.turn_id in FIRST.split(",")][:2]
+    records = apcir.reformulate(turns, "smollm2", out=tmp_path / "refs.jsonl", base_url=server.url,
+                                cache_dir=str(tmp_path / "cache"), max_tokens=400,
+                                prompt=PromptOptions(track_persona=True, demonstrations=0))
+    ok = [r for r in records.values() if r.status == "ok"]
+    assert ok, [r.error for r in records.values()]
+    assert all(isinstance(r.output.persona, list) for r in ok)
