@@ -68,6 +68,7 @@ def main() -> None:
     from rich.table import Table
 
     from apcir.fusion.grid import GridSearch, divisions, simplex_points
+    from apcir.fusion.selection import SelectionRule
     from apcir.fusion.tuning import tune_weights
     from apcir.metrics import parse_measures
 
@@ -87,6 +88,20 @@ def main() -> None:
     t0 = time.perf_counter()
     weights = tune_weights(runs, levels, qrels, step=args.step)
     t_full = time.perf_counter() - t0
+
+    # apcir tune with and without the inner CV for λ (and the bootstrap evidence), each a full tune: search + choice
+    variants = {
+        "paper rule (λ = 0, argmax), no evidence": SelectionRule(bootstrap=0),
+        "λ by inner CV (5 folds, 9 values), no evidence": SelectionRule(shrinkage="cv", bootstrap=0),
+        "plateau (paired bootstrap SE), no evidence": SelectionRule(select="plateau", bootstrap=0),
+        "paper rule + evidence (B = 1000)": SelectionRule(),
+        "λ by inner CV + plateau + evidence (B = 1000)": SelectionRule(shrinkage="cv", select="plateau"),
+    }
+    timed: dict[str, float] = {}
+    for label, rule in variants.items():
+        t0 = time.perf_counter()
+        tune_weights(runs, levels, qrels, step=args.step, rule=rule, with_evidence=rule.bootstrap > 0)
+        timed[label] = time.perf_counter() - t0
 
     # reference: ranx fuse(wsum) + evaluate on a sample of points, per point
     from ranx import Qrels as RQrels
@@ -121,6 +136,14 @@ def main() -> None:
     table.add_row(f"ranx, extrapolated to {n_points} points", f"{ranx_full:.0f}")
     table.add_row("speed-up (ranx extrapolated / apcir full search)", f"{ranx_full / t_full:.0f}x")
     console.print(table)
+    base = next(iter(timed.values()))
+    rules = Table(title="apcir tune (search + choice of the points), by selection rule, same data, same process")
+    rules.add_column("rule")
+    rules.add_column("seconds", justify="right")
+    rules.add_column("vs the paper rule", justify="right")
+    for label, seconds in timed.items():
+        rules.add_row(label, f"{seconds:.2f}", f"{seconds / base:.2f}x")
+    console.print(rules)
     console.print(
         f"cores: {os.cpu_count()}, numba threads: {numba.get_num_threads()}; "
         + ", ".join(f"{lv}: {w.weights} ({w.n_turns} turns)" for lv, w in weights.levels.items())

@@ -10,7 +10,6 @@ from rich.table import Table
 
 from apcir import datasets
 from apcir.cli.common import console, err_console, llm_options, llm_values, means_table, print_json, settings
-from apcir.contract.levels import load_levels
 from apcir.contract.responses import load_responses
 from apcir.contract.runs import read_run_file
 from apcir.errors import ApcirError
@@ -172,7 +171,7 @@ def evaluate_responses_command(
         raise ApcirError("no response records", path=responses)
     metrics = evaluate_responses(
         records, datasets.topics(topics), topics=topics, qrels=datasets.qrels(qrels) if qrels else None,
-        qrels_name=qrels, rel_threshold=rel_threshold, levels=load_levels(levels) if levels else None,
+        qrels_name=qrels, rel_threshold=rel_threshold, levels=datasets.levels(levels) if levels else None,
         judge_model=judge_settings.model, judge_settings=judge_settings,
     )
     if out is not None:

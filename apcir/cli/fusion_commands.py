@@ -13,7 +13,6 @@ from rich.table import Table
 
 from apcir import datasets
 from apcir.cli.common import console, err_console, means_table, print_json, settings
-from apcir.contract.levels import load_levels
 from apcir.contract.records import Run
 from apcir.contract.reformulations import LIST_NAMES, load_reformulations
 from apcir.contract.runs import read_run_file, write_run
@@ -47,6 +46,13 @@ def _runs(ctx: typer.Context, first: list[Path], expected: int | None = None) ->
             err_console.print(f"[yellow]warning:[/] {path}: {problem}", highlight=False)
         runs.append(run_file.run)
     return runs, [str(p) for p in paths]
+
+
+def _number(text: str, option: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ApcirError(f"{option}: expected a number or 'cv', got {text!r}") from None
 
 
 def _same_output(a: Path, b: Path) -> bool:
@@ -85,10 +91,40 @@ def _weights_table(title: str, weights: WeightsFile, show_scores: bool = True) -
     return table
 
 
+def _evidence_table(weights: WeightsFile) -> Table | None:
+    """The bootstrap evidence of ``weights.json``: each level's weight intervals and how often it beats pooled."""
+    evidence = weights.evidence
+    if evidence is None:
+        return None
+    table = Table(title=f"evidence: {evidence.resamples} bootstrap resamples of the tuning turns (seed "
+                        f"{evidence.seed}; λ = {evidence.shrinkage:g}, ε as chosen on all turns)")
+    table.add_column("level")
+    for i in range(weights.n_weights):
+        table.add_column(f"w{i + 1} 95% interval", justify="right")
+    table.add_column("beats pooled on held-out turns", justify="right")
+    table.add_column("ties", justify="right")
+    table.add_column("resamples", justify="right")
+    for level, item in evidence.levels.items():
+        intervals = [f"{low:.2f}-{high:.2f}" for low, high in item.intervals] or [""] * weights.n_weights
+        table.add_row(level, *intervals,
+                      "" if item.beats_pooled is None else f"{100 * item.beats_pooled:.0f}%",
+                      "" if item.ties_pooled is None else f"{100 * item.ties_pooled:.0f}%", str(item.resamples))
+    return table
+
+
+def _selection_line(weights: WeightsFile) -> str:
+    chosen = weights.selection
+    line = f"λ = {chosen.shrinkage:g} ({chosen.shrinkage_by}); select: {chosen.select}"
+    if chosen.select == "plateau":
+        line += f", ε: {chosen.epsilon}"
+    return line
+
+
 def tune_command(
     ctx: typer.Context,
     runs: list[Path] = typer.Option(..., "--runs", "-r", help=_RUNS_HELP),
-    levels: Path = typer.Option(..., "--levels", help="Levels: TSV 'turn_id<TAB>level' or the reformulations JSONL."),
+    levels: Path = typer.Option(..., "--levels", help="Levels: TSV 'turn_id<TAB>level', the reformulations JSONL, or annotators:TOPICS (oracle levels from "
+                                "the topics' PTKB provenance)."),
     qrels: str = typer.Option(..., "--qrels", "--tune-on", "-q", help="Qrels to tune on: bundled name or file."),
     out: Path | None = typer.Option(
         None, "--out", "-o", help="Where to write weights.json (needed unless --cv, which may write only --cv-run)."
@@ -106,9 +142,20 @@ def tune_command(
         1, "--min-turns", min=0, help="A level with fewer tuning turns uses the weights tuned on all turns."
     ),
     no_personalisation: bool = typer.Option(False, "--no-personalisation", help="Ablation: keep the last weight at 0."),
+    shrinkage: str = typer.Option(
+        "0", "--shrinkage",
+        help="λ: level ℓ maximises mean_ℓ(w) + λ·mean_all(w); 0 = the paper's per-level argmax, 'cv' = chosen by an "
+             "inner cross-validation by conversation."),
+    select: str = typer.Option("argmax", "--select", help="argmax, or plateau: the grid point nearest the centroid "
+                                                          "of the points within epsilon of the maximum."),
+    epsilon: float | None = typer.Option(
+        None, "--epsilon", min=0, help="Plateau width in objective units (default: per point, one bootstrap standard "
+                                       "error of its difference from the argmax)."),
+    bootstrap: int = typer.Option(1000, "--bootstrap", min=0,
+                                  help="Resamples of the tuning turns for the evidence in weights.json (0: none)."),
     strict: bool = typer.Option(False, "--strict", help="A turn missing from any run is an error."),
     cv: int = typer.Option(0, "--cv", help="k-fold cross-validation by conversation (reports out-of-fold metrics)."),
-    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the fold assignment."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the fold assignment, the inner CV and the bootstrap."),
     cv_run: Path | None = typer.Option(None, "--cv-run", help="With --cv: write the out-of-fold fused run here."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:
@@ -127,8 +174,10 @@ def tune_command(
     params = FusionParams.of(norm=norm, depth=depth, rel_threshold=rel_threshold, missing_level=missing_level)
     run_list, names = _runs(ctx, runs)
     _warn_alignment(run_list, names, strict)
-    tuning = settings(TuningSettings, step=step, objective=",".join(objective), min_turns=min_turns)
-    inputs = FusionInputs(lists=run_list, levels=load_levels(levels), qrels=datasets.qrels(qrels), qrels_name=qrels,
+    tuning = settings(TuningSettings, step=step, objective=",".join(objective), min_turns=min_turns,
+                      shrinkage=shrinkage if shrinkage == "cv" else _number(shrinkage, "--shrinkage"), select=select,
+                      epsilon=epsilon, bootstrap=bootstrap, seed=seed)
+    inputs = FusionInputs(lists=run_list, levels=datasets.levels(levels), qrels=datasets.qrels(qrels), qrels_name=qrels,
                           run_names=names, levels_name=str(levels))
     search, _ = search_for(inputs, tuning, params, progress=not as_json)
     variant = "no-personalisation" if no_personalisation else PRIMARY
@@ -146,6 +195,7 @@ def tune_command(
             run_list, inputs.levels, inputs.qrels, cv, seed, tuning.step, tuning.objective, norm, depth,
             rel_threshold=rel_threshold, missing_level=missing_level,
             constraint=no_third if no_personalisation else None, search=search, min_turns=min_turns,
+            rule=tuning.rule(),
         )
         if cv_run is not None:
             write_run(result.run, cv_run, tag="apcir-cv", depth=depth)
@@ -166,6 +216,10 @@ def tune_command(
     console.print(_weights_table(
         f"weights tuned on {qrels} ({weights.tuned_on.turns} turns, step {step}, objective "
         f"{' + '.join(weights.objective)}); scores are TUNED ON TEST (the turns they were tuned on)", weights))
+    console.print(_selection_line(weights), highlight=False)
+    evidence = _evidence_table(weights)
+    if evidence is not None:
+        console.print(evidence)
     for level, lw in weights.levels.items():
         if lw.fallback:
             err_console.print(f"[yellow]note:[/] level {level}: {lw.note}", highlight=False)
@@ -197,7 +251,8 @@ def tune_command(
 def fuse_command(
     ctx: typer.Context,
     runs: list[Path] = typer.Option(..., "--runs", "-r", help=_RUNS_HELP),
-    levels: Path = typer.Option(..., "--levels", help="Levels: TSV 'turn_id<TAB>level' or the reformulations JSONL."),
+    levels: Path = typer.Option(..., "--levels", help="Levels: TSV 'turn_id<TAB>level', the reformulations JSONL, or annotators:TOPICS (oracle levels from "
+                                "the topics' PTKB provenance)."),
     weights_path: Path = typer.Option(..., "--weights", "-w", help="weights.json from 'apcir tune'."),
     out: Path = typer.Option(..., "--out", "-o", help="Where to write the fused TREC run."),
     tag: str = typer.Option("apcir", "--tag", help="Run tag."),
@@ -221,7 +276,7 @@ def fuse_command(
     _warn_alignment(run_list, names, strict)
     align_runs(run_list, strict=strict, names=names)
     judgements = datasets.qrels(qrels) if qrels is not None else None
-    target = FusionInputs(lists=run_list, levels=load_levels(levels), qrels=judgements, qrels_name=qrels or "",
+    target = FusionInputs(lists=run_list, levels=datasets.levels(levels), qrels=judgements, qrels_name=qrels or "",
                           run_names=names, levels_name=str(levels))
     params = FusionParams.of(norm=weights.norm, depth=weights.depth, rel_threshold=weights.rel_threshold,
                              missing_level=missing_level)
@@ -335,13 +390,14 @@ def _tuned_baseline(name, run_list, names, turns, levels, qrels, weights_path, t
             raise ApcirError("no-levels needs --qrels to tune on (or --weights with all-turns weights)")
         inputs = FusionInputs(lists=run_list, levels=dict.fromkeys(turns, "a"), qrels=datasets.qrels(qrels),
                               qrels_name=qrels, run_names=names)
-        weights = tune_variants(inputs, tuning, [PRIMARY], FusionParams.of(norm=norm, depth=depth))[PRIMARY]
+        weights = tune_variants(inputs, tuning, [PRIMARY], FusionParams.of(norm=norm, depth=depth),
+                                evidence=False)[PRIMARY]
         return pooled_run(run_list, weights)
     if qrels is None or levels is None:
-        raise ApcirError(f"{name} needs --qrels and --levels (its w1, w2 are tuned per level)")
-    inputs = FusionInputs(lists=run_list, levels=load_levels(levels), qrels=datasets.qrels(qrels), qrels_name=qrels,
+        raise ApcirError(f"{name} needs --qrels and --levels (its weights are tuned per level)")
+    inputs = FusionInputs(lists=run_list, levels=datasets.levels(levels), qrels=datasets.qrels(qrels), qrels_name=qrels,
                           run_names=names, levels_name=str(levels))
-    weights = tune_variants(inputs, tuning, [name], FusionParams.of(norm=norm, depth=depth))[name]
+    weights = tune_variants(inputs, tuning, [name], FusionParams.of(norm=norm, depth=depth), evidence=False)[name]
     return fuse_linear(run_list, inputs.levels, weights)
 
 

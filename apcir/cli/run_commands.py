@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from apcir.cli.common import console
@@ -27,7 +28,7 @@ def comparison_table(metrics: RunMetrics) -> Table:
     for name in order:
         result = metrics.systems[name]
         label = result.label + (" [tuned on test]" if result.tuned_on_test else "")
-        table.add_row(label, *(f"{100 * result.means[m]:.1f}" for m in metrics.measures))
+        table.add_row(escape(label), *(f"{100 * result.means[m]:.1f}" for m in metrics.measures))
     return table
 
 
@@ -40,7 +41,7 @@ def ptkb_table(metrics: RunMetrics) -> Table:
     for measure in ptkb.measures:
         table.add_column(measure, justify="right")
     for result in ptkb.systems.values():
-        table.add_row(result.label, *(f"{100 * result.means[m]:.1f}" for m in ptkb.measures))
+        table.add_row(escape(result.label), *(f"{100 * result.means[m]:.1f}" for m in ptkb.measures))
     return table
 
 
@@ -69,8 +70,9 @@ def run_command(
     report = run_experiment(experiment, console, progress=not no_progress)
     if report.metrics is not None:
         console.print(comparison_table(report.metrics))
+        tuned = [n for n in SYSTEMS.names() if SYSTEMS.get(n).kind == "tuned" and n in report.metrics.systems]
         console.print(
-            "Numbers are trec_eval's x100 on the configured qrels. APCIR, no-personalisation and no-levels are "
+            f"Numbers are trec_eval's x100 on the configured qrels. The tuned systems ({', '.join(tuned)}) are "
             f"{report.metrics.protocol}.",
             highlight=False,
         )

@@ -17,6 +17,9 @@ class FusionRecord(BaseModel):
     protocol: str = Field(description="how the APCIR weights were obtained, e.g. '5-fold CV by conversation'")
     tuned_on_test: list[str] = Field(default_factory=list,
                                      description="systems whose weights were tuned on the qrels they are evaluated on")
+    levels: str = Field("reformulator", description="whose levels picked the weights: reformulator or annotators")
+    annotated: list[str] = Field(default_factory=list,
+                                 description="systems whose runs used the annotators' levels (an oracle)")
 
     def save(self, path: Path) -> Path:
         write_json(path, self.model_dump(mode="json"))

@@ -58,6 +58,11 @@ class RunLayout:
         return self.root / "levels.tsv"
 
     @property
+    def annotator_levels(self) -> Path:
+        """The oracle levels of ``[fusion] levels = "annotators"`` (the topics' PTKB provenance)."""
+        return self.root / "levels-annotators.tsv"
+
+    @property
     def lists_dir(self) -> Path:
         return self.root / "lists"
 
@@ -99,6 +104,10 @@ class RunLayout:
     def system(self, name: str) -> Path:
         """``systems/<name>.run`` (a re-ranked one is ``<system>+<re-ranker>``)."""
         return self.systems_dir / f"{name}.run"
+
+    def system_weights(self, name: str) -> Path:
+        """The weights of a tuned system other than APCIR (APCIR's are ``weights.json``), tuned on all judged turns."""
+        return self.systems_dir / f"{name}.weights.json"
 
     @property
     def fusion_record(self) -> Path:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from apcir.console import shown
+from apcir.contract.records import Turn
 from apcir.contract.reformulations import LEVELS, load_reformulations
 from apcir.errors import ApcirError
 from apcir.ids import canonical_turn_id
@@ -74,6 +76,17 @@ def _from_tsv(path: Path) -> dict[str, str]:
     if not levels:
         raise ApcirError("levels file has no 'turn_id<TAB>level' lines", path=path)
     return levels
+
+
+ANNOTATORS = "annotators"
+"""The oracle level policy: levels from the topics' PTKB provenance (uses annotations; for analysis only)."""
+ANNOTATOR_MAPPING = ("no statement in the turn's PTKB provenance: a; any statement: c. The iKAT topics mark a "
+                     "statement relevant or not, never 'helps without being necessary', so level b never occurs")
+
+
+def annotator_levels(turns: Sequence[Turn]) -> dict[str, str]:
+    """Each turn's level from the annotators' PTKB provenance (see :data:`ANNOTATOR_MAPPING`)."""
+    return {t.turn_id: "c" if t.ptkb_provenance else "a" for t in turns}
 
 
 def write_levels(levels: dict[str, str], path: str | Path) -> None:

@@ -3,8 +3,8 @@
 A stage is a dataclass whose fields are its inputs: paths (standing for their
 content), settings models and values. Its fingerprint, which decides whether
 ``apcir run`` reuses its outputs, is computed from those same fields plus the
-identity of its code (the source of its own module and of the modules it names
-in ``code``), so it is never written by hand. A field declared with
+identity of its code (the source of every module of its package and of the modules
+it names in ``code``), so it is never written by hand. A field declared with
 :func:`not_an_input` is handed over in memory and is derived from the declared
 ones (e.g. the records of a reformulations file that is itself an input).
 
@@ -85,6 +85,19 @@ def _source_digest(module: str) -> str:
     return hashlib.sha256(Path(origin).read_bytes()).hexdigest()[:16]
 
 
+@lru_cache(maxsize=None)
+def _package_modules(module: str) -> tuple[str, ...]:
+    """Every module of the package ``module`` belongs to (its siblings): a stage's output depends on all of them."""
+    package = module.rpartition(".")[0]
+    spec = importlib.util.find_spec(package) if package else None
+    if spec is None or not spec.submodule_search_locations:
+        return (module,)
+    found = {module}
+    for location in spec.submodule_search_locations:
+        found.update(f"{package}.{path.stem}" for path in Path(location).glob("*.py") if path.stem != "__init__")
+    return tuple(sorted(found))
+
+
 def _encode(value: Any) -> Any:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
@@ -102,7 +115,7 @@ class Stage:
     """Base of every stage; subclasses are dataclasses whose fields are their inputs."""
 
     code: ClassVar[tuple[str, ...]] = ()
-    """Modules (besides the stage's own) whose source decides the output."""
+    """Modules (besides those of the stage's own package) whose source decides the output."""
 
     @property
     def name(self) -> str:
@@ -118,6 +131,6 @@ class Stage:
         """The fingerprinted inputs: every field but those declared with :func:`not_an_input`, and the code."""
         inputs = {f.name: _encode(getattr(self, f.name)) for f in dataclasses.fields(self)
                   if f.metadata.get("input", True)}
-        modules = sorted({type(self).__module__, *self.code})
+        modules = sorted({*_package_modules(type(self).__module__), *self.code})
         inputs["code"] = {module: _source_digest(module) for module in modules}
         return inputs

@@ -13,6 +13,51 @@ from apcir.errors import ApcirError
 from apcir.io import read_json, write_text
 
 
+class Plateau(BaseModel):
+    """The plateau a level's weights were chosen on (``select = "plateau"``)."""
+
+    epsilon: float = Field(description="width: points within epsilon of the maximum objective form the plateau")
+    points: int = Field(description="grid points on the plateau")
+    centroid: list[float] = Field(description="their centroid; the chosen weights are the plateau point nearest it")
+
+
+class Selection(BaseModel):
+    """How the level weights were chosen from the grid: the shrinkage λ toward the pooled weights and the rule."""
+
+    shrinkage: float = Field(0.0, description="λ: level ℓ maximises mean_ℓ(w) + λ·mean_all(w); 0 = the paper")
+    shrinkage_by: str = Field("fixed", description="fixed, or inner cross-validation by conversation")
+    grid: list[float] = Field(default_factory=list, description="inner CV: the λ values tried")
+    held_out: list[float] = Field(default_factory=list,
+                                  description="inner CV: each λ's mean objective on the inner held-out turns")
+    inner_folds: int = 0
+    select: str = Field("argmax", description="argmax | plateau")
+    epsilon: str = Field("", description="plateau: how its width was set (each level's value is in its plateau)")
+    seed: int = 0
+
+
+class LevelEvidence(BaseModel):
+    """Bootstrap evidence of one level: how much its chosen weights move, and whether they beat pooled ones."""
+
+    resamples: int = Field(description="resamples with in-bag and out-of-bag turns of this level")
+    intervals: list[list[float]] = Field(default_factory=list,
+                                         description="95% percentile interval [low, high] of each weight")
+    beats_pooled: float | None = Field(None, description="share of resamples in which the level's own weights "
+                                                         "score higher than the pooled weights on its out-of-bag turns")
+    ties_pooled: float | None = Field(None, description="share of resamples with equal scores")
+    points: list[list[float]] = Field(default_factory=list,
+                                      description="the distinct chosen weights [w1, w2, w3, resamples choosing them]")
+    note: str = ""
+
+
+class Evidence(BaseModel):
+    """Bootstrap of the tuning turns (B resamples, seeded), per level; λ and ε as chosen on all turns."""
+
+    resamples: int
+    seed: int
+    shrinkage: float
+    levels: dict[str, LevelEvidence]
+
+
 class LevelWeights(BaseModel):
     """The weight vector of one level and how it was chosen."""
 
@@ -32,6 +77,7 @@ class LevelWeights(BaseModel):
     # true when the level had no tuning turns and uses the all-turns weights
     fallback: bool = False
     note: str = ""
+    plateau: Plateau | None = Field(None, description="select = plateau: the plateau the weights were chosen on")
 
 
 class TunedOn(BaseModel):
@@ -68,6 +114,8 @@ class WeightsFile(BaseModel):
     all_turns: LevelWeights | None = Field(
         None, description="one vector tuned on every turn (the no-levels ablation)"
     )
+    selection: Selection = Field(default_factory=Selection, description="how the points were chosen (λ, rule)")
+    evidence: Evidence | None = Field(None, description="bootstrap evidence per level")
 
     def vector(self, level: str) -> tuple[float, ...]:
         if level not in self.levels:

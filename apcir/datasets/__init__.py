@@ -39,6 +39,17 @@ def qrels(name_or_path: str | Path) -> Qrels:
     return load_qrels(qrels_path(name_or_path))
 
 
+def levels(spec: str | Path) -> dict[str, str]:
+    """Per-turn levels from a file (TSV or reformulations JSONL), or ``annotators:TOPICS``: the oracle levels of
+    those topics' PTKB provenance (:func:`apcir.contract.levels.annotator_levels`)."""
+    from apcir.contract.levels import ANNOTATORS, annotator_levels, load_levels
+
+    text = str(spec)
+    if text.startswith(f"{ANNOTATORS}:"):
+        return annotator_levels(topics(text.split(":", 1)[1]))
+    return load_levels(spec)
+
+
 def topics_year(name_or_path: str | Path) -> int:
     """The iKAT year (2023, 2024 or 2025) whose submission format fits these topics.
 

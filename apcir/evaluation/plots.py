@@ -133,7 +133,8 @@ def _xy(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def weight_landscape(run: RunMetrics, run_dir: Path, out: Path, step: str = "0.02") -> list[Path]:
     """The tuning objective per level over the simplex (every judged turn of the level: a tuned-on-test view of
-    the surface), with the weights of ``weights.json``, equal weights and the paper's marked."""
+    the surface), with the weights of ``weights.json``, equal weights and the paper's marked, and the weights
+    chosen in the bootstrap resamples of ``weights.json``'s evidence (dot size: how often)."""
     from apcir import datasets
     from apcir.contract.levels import load_levels
     from apcir.contract.runs import load_run
@@ -145,8 +146,14 @@ def weight_landscape(run: RunMetrics, run_dir: Path, out: Path, step: str = "0.0
     if not all(p.exists() for p in lists) or not (run_dir / "weights.json").exists():
         return []
     weights = load_weights(run_dir / "weights.json")
-    # levels.tsv: the levels the fusion used (a failed reformulation's fallback level included)
-    levels_file = run_dir / "levels.tsv"
+    # the levels the fusion used: levels.tsv (a failed reformulation's fallback level included), or the
+    # annotators' under [fusion] levels = "annotators"
+    from apcir.contract.fusion import load_fusion_record
+    from apcir.contract.layout import RunLayout
+
+    layout = RunLayout(run_dir)
+    oracle = layout.fusion_record.exists() and load_fusion_record(layout.fusion_record).levels == "annotators"
+    levels_file = layout.annotator_levels if oracle else layout.levels
     if not levels_file.exists():
         return []
     levels = load_levels(levels_file)
@@ -172,6 +179,12 @@ def weight_landscape(run: RunMetrics, run_dir: Path, out: Path, step: str = "0.0
             ("equal", (1 / 3, 1 / 3, 1 / 3), "o", "white"), ("paper", PAPER_WEIGHTS[level], "s", "#E69F00")]
         if level in weights.levels:
             marks.insert(0, ("chosen", tuple(weights.levels[level].weights), "*", "#D55E00"))
+        evidence = weights.evidence.levels.get(level) if weights.evidence is not None else None
+        if evidence is not None and evidence.points:
+            cloud = np.array(evidence.points)
+            bx, by = _xy(cloud[:, :3])
+            axis.scatter(bx, by, s=4 + 60 * cloud[:, 3] / cloud[:, 3].max(), color="white", alpha=0.55,
+                         edgecolor="none", label=f"bootstrap choices ({evidence.resamples})", zorder=2)
         for label, point, marker, face in marks:
             px, py = _xy(np.array([point]))
             axis.scatter(px, py, marker=marker, s=90, color=face, edgecolor="black", label=label, zorder=3)
@@ -180,7 +193,7 @@ def weight_landscape(run: RunMetrics, run_dir: Path, out: Path, step: str = "0.0
         axis.text(0.5, math.sqrt(3) / 2 + 0.03, "third", ha="center", va="bottom", fontsize=8)
         axis.set_title(f"level {level} (n = {len(chosen)} judged turns)", fontsize=9, pad=18)
     handles, labels = next((a.get_legend_handles_labels() for a in axes if a.get_legend_handles_labels()[0]), ([], []))
-    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
     fig.suptitle(f"{run.name}: the tuning objective over the weight simplex ({', '.join(weights.objective)})",
                  fontsize=10)
     return save(fig, out, f"{run.name}-weight-landscape")

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from apcir.evaluation.results import GROUPS, RunMetrics
+from apcir.evaluation.weights_report import WEIGHTS_HEADER, weights_section
 from apcir.fusion.systems import EQUAL, SYSTEMS
 from apcir.io import atomic_write, write_text
 from apcir.metrics.significance import Comparison, SignificanceSettings, compare_with
@@ -430,6 +431,10 @@ def write_report(runs: list[RunMetrics], out: Path, baseline: str | None = None,
     for run in runs:
         parts += [f"**{run.name}**", "", agreement_table(run)]
     parts += ["## Table 6: nDCG@3 per personalisation level", "", level_table(runs)]
+    chosen = weights_section([run.name for run in runs], run_dirs)
+    if chosen:
+        parts += ["## Fusion weights: how they were chosen, and the bootstrap evidence", ""]
+        parts += [markdown(WEIGHTS_HEADER, part) if isinstance(part, list) else part for part in chosen]
     if any(run.responses is not None for run in runs):
         parts += ["## Responses: ROUGE-L, citations and judge per personalisation level", "",
                   "x100; ROUGE-L (F, stemmed) against the canonical responses; citation precision: share of cited "

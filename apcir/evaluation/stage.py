@@ -26,6 +26,9 @@ from apcir.metrics import (
     parse_measures,
 )
 
+ANNOTATED = " [annotator levels]"
+"""Appended to the label of a system whose weights were picked by the annotators' levels (``levels = "annotators"``)."""
+
 
 def system_result(name: str, evaluation: Evaluation, tuned_on_test: bool = False,
                   reranked: tuple[str, str, RerankerInfo] | None = None) -> SystemResult:
@@ -217,6 +220,10 @@ class EvaluateStage(Stage):
             settings, name=self.experiment, topics=self.topics_name, protocol=fusion.protocol,
             tuned_on_test=fusion.tuned_on_test, reranked=self.reranked, rerankers=self.rerankers,
             backend=self.retrieval.get("backend"), encoder=self.retrieval.get("encoder"))
+        for name, result in metrics.systems.items():  # an oracle: say so wherever the system is shown
+            if name in fusion.annotated or result.base in fusion.annotated:
+                result.label += ANNOTATED
+                result.description += "; levels from the annotators' PTKB provenance (an oracle, uses annotations)"
         judge = settings.judge
         metrics.responses = evaluate_responses(
             load_responses(self.responses), self.turns, topics=self.topics_name, qrels=qrels, qrels_name=qrels_name,

@@ -31,7 +31,7 @@ from apcir import datasets
 from apcir.console import warn
 from apcir.contract.fusion import load_fusion_record
 from apcir.contract.layout import RunLayout
-from apcir.contract.levels import write_levels
+from apcir.contract.levels import ANNOTATORS, annotator_levels, write_levels
 from apcir.contract.records import Run, Turn
 from apcir.contract.reformulations import ReformulationRecord, levels_of
 from apcir.contract.runs import load_run, write_run
@@ -259,6 +259,8 @@ def _run(exp: Experiment) -> RunReport:
             exp.run(plan.retrieve(config, f"retrieve:{rewrites}", index, layout.manual_reformulations, manual_records,
                                   {system: "rewrite"}, {system: layout.list_run(system)}))
     write_levels(levels_of(records), layout.levels)
+    if config.fusion.levels == ANNOTATORS:
+        write_levels(annotator_levels(turns), layout.annotator_levels)
 
     given, weights_files = exp.given_weights(index)
     exp.run(plan.fuse(config, layout, index, turns, records, weights_files, given))

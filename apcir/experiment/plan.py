@@ -12,6 +12,7 @@ from pathlib import Path
 
 from apcir import datasets
 from apcir.contract.layout import RunLayout
+from apcir.contract.levels import ANNOTATORS
 from apcir.contract.records import Turn
 from apcir.contract.reformulations import LIST_NAMES, ReformulationRecord
 from apcir.contract.weights import WeightsFile
@@ -56,7 +57,7 @@ def tune(config: ExperimentConfig, layout: RunLayout, names: list[str], turns: l
     outs = {name: layout.tuned_weights(None if name == PRIMARY else name) for name in tuning_variants(names)}
     return TuneStage(lists, layout.tune_dir / "reformulations.jsonl", datasets.qrels_path(weights.tune_qrels),
                      weights.tune_qrels, weights.tune_topics, weights.search_settings(),
-                     config.fusion.params(config.evaluation.rel_threshold), outs, turns, records)
+                     config.fusion.params(config.evaluation.rel_threshold), config.fusion.levels, outs, turns, records)
 
 
 def fuse(config: ExperimentConfig, layout: RunLayout, index: Path, turns: list[Turn],
@@ -65,7 +66,8 @@ def fuse(config: ExperimentConfig, layout: RunLayout, index: Path, turns: list[T
     qrels = config.evaluation.qrels
     third = layout.query_vectors(layout.list_run("third"))
     return FuseStage(
-        config.name, list(layout.lists().values()), layout.levels, config.fusion,
+        config.name, list(layout.lists().values()),
+        layout.annotator_levels if config.fusion.levels == ANNOTATORS else layout.levels, config.fusion,
         datasets.qrels_path(qrels) if qrels else None, qrels, config.evaluation.rel_threshold, layout.reformulations,
         datasets.topics_path(config.topics), weights_files, index, config.retrieval.backend,
         config.retrieval.encoder if config.retrieval.uses_encoder else "tfidf", third if third.exists() else None,

@@ -66,6 +66,8 @@ class TunedSystems:
     protocol: str = ""
     tuned_on_test: bool = False
     overlap: int | None = 0
+    variant_weights: dict[str, WeightsFile] = field(default_factory=dict)
+    """The weights of the other searched tuned systems (apcir-shrunk, ...), tuned on every judged turn."""
     turn_weights: dict[str, tuple[float, ...]] = field(default_factory=dict)
     """The APCIR weights each turn of ``runs["apcir"]`` was fused with (out-of-fold under CV): what
     query-representation fusion (``qr-fusion``) weighs its query vectors with."""
@@ -93,10 +95,12 @@ def tune_variants(
     *,
     search: GridSearch | None = None,
     progress: bool = False,
+    evidence: bool = True,
 ) -> dict[str, WeightsFile]:
-    """Weights of each tuned system in ``variants`` (``apcir``, ``no-personalisation``) from one search.
+    """Weights of each tuned system in ``variants`` (``apcir``, ``no-personalisation``, ...) from one search.
 
-    ``no-levels`` needs no weights of its own: it is APCIR's ``all_turns`` vector.
+    ``no-levels`` needs no weights of its own: it is APCIR's ``all_turns`` vector. ``evidence``: bootstrap
+    the tuning turns for each file's evidence (``settings.bootstrap`` resamples; 0 turns it off).
     """
     assert inputs.qrels is not None or search is not None
     if search is None:
@@ -110,7 +114,8 @@ def tune_variants(
         variant = SYSTEMS.get(name).variant
         if variant is None or variant.pooled:
             continue
-        weights = weights_from_search(search, levels, turns, variant.constraint, settings.min_turns)
+        weights = weights_from_search(search, levels, turns, variant.constraint, settings.min_turns,
+                                      settings.rule(**dict(variant.rule)), with_evidence=evidence)
         weights.tuned_on = TunedOn(
             qrels=inputs.qrels_name,
             qrels_fingerprint=qrels_fingerprint({t: inputs.qrels[t] for t in turns}),
@@ -168,7 +173,9 @@ def tuned_systems(
         evaluated = {t: target.qrels[t] for t in target.levels if t in target.qrels}
         overlap = tuned_on_overlap(weights, evaluated)
     label = protocol + (" (tuning turns unknown)" if overlap is None and target.qrels is not None else "")
+    variant_weights = {n: w for n, w in (given or {}).items() if n != PRIMARY and n in runs}
     return TunedSystems(runs, runs[PRIMARY], weights, protocol=label, tuned_on_test=bool(overlap), overlap=overlap,
+                        variant_weights=variant_weights,
                         turn_weights=_turn_weights(runs[PRIMARY], target.levels, weights, params.missing_level))
 
 
@@ -192,14 +199,16 @@ def _cross_validated(target: FusionInputs, wanted: Sequence[str], params: Fusion
     common: dict[str, Any] = {"k": folds, "seed": seed, "step": settings.step, "objective": settings.objective,
                               "norm": norm, "depth": depth, "rel_threshold": rel_threshold,
                               "missing_level": missing_level, "search": search, "min_turns": settings.min_turns}
-    cv = cross_validate(target.lists, target.levels, target.qrels, **common)
+    cv = cross_validate(target.lists, target.levels, target.qrels, rule=settings.rule(), **common)
     runs = {PRIMARY: cv.run}
     for name in wanted:
         variant = SYSTEMS.get(name).variant
         assert variant is not None
         levels = dict.fromkeys(target.levels, "a") if variant.pooled else target.levels
-        runs[name] = cross_validate(target.lists, levels, target.qrels, constraint=variant.constraint, **common).run
-    weights = tune_variants(target, settings, [PRIMARY], params, search=search)[PRIMARY]
+        runs[name] = cross_validate(target.lists, levels, target.qrels, constraint=variant.constraint,
+                                    rule=settings.rule(**dict(variant.rule)), **common).run
+    searched = tune_variants(target, settings, [PRIMARY, *wanted], params, search=search)
+    weights = searched.pop(PRIMARY)
     submission = fuse_linear(target.lists, target.levels, weights, norm, depth, missing_level=missing_level)
     turn_weights: dict[str, tuple[float, ...]] = {}
     for fold in cv.folds:
@@ -207,4 +216,4 @@ def _cross_validated(target: FusionInputs, wanted: Sequence[str], params: Fusion
                                           missing_level))
     return TunedSystems(runs, submission, weights, [f.weights for f in cv.folds],
                         protocol=f"{folds}-fold cross-validation by conversation (out-of-fold), seed {seed}",
-                        turn_weights=turn_weights)
+                        variant_weights=searched, turn_weights=turn_weights)

@@ -5,12 +5,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from apcir.errors import ApcirError
 from apcir.fusion.normalise import NORMS
+
+if TYPE_CHECKING:
+    from apcir.fusion.selection import SelectionRule
 
 
 class TuningSettings(BaseModel):
@@ -23,6 +26,36 @@ class TuningSettings(BaseModel):
     min_turns: int = Field(
         1, ge=0, description="a level with fewer tuning turns uses the weights tuned on all turns (said in weights.json)"
     )
+    shrinkage: float | Literal["cv"] = Field(
+        0.0, description="λ, shrinking each level's weights toward the pooled ones: level ℓ maximises "
+        "mean_ℓ(w) + λ·mean_all(w); 0 = the paper's per-level argmax, \"cv\" = chosen by an inner "
+        "cross-validation by conversation")
+    select: Literal["argmax", "plateau"] = Field(
+        "argmax", description="argmax, or plateau: the grid point nearest the centroid of the points within "
+        "epsilon of the maximum")
+    epsilon: float | None = Field(
+        None, ge=0, description="plateau width in objective units (sum of the measures' means); default: per "
+        "point, one bootstrap standard error of its objective's difference from the argmax (paired over the turns)")
+    inner_folds: int = Field(5, ge=2, description="shrinkage = \"cv\": folds of the inner cross-validation")
+    bootstrap: int = Field(1000, ge=0, description="resamples of the tuning turns for the evidence in "
+                           "weights.json (and the default epsilon); 0: no evidence")
+    seed: int = Field(0, ge=0, description="seed of the folds, the inner CV and the bootstraps (and the random "
+                      "baseline)")
+
+    @field_validator("shrinkage")
+    @classmethod
+    def _non_negative(cls, value: float | str) -> float | str:
+        if not isinstance(value, str) and value < 0:
+            raise ValueError(f"shrinkage must be >= 0 or \"cv\", got {value}")
+        return value
+
+    def rule(self, **overrides: Any) -> SelectionRule:
+        """The selection rule of these settings (``overrides``: a tuned system's own, e.g. ``shrinkage="cv"``)."""
+        from apcir.fusion.selection import SelectionRule
+
+        values = {name: getattr(self, name) for name in ("shrinkage", "select", "epsilon", "inner_folds",
+                                                          "bootstrap", "seed")}
+        return SelectionRule(**{**values, **overrides})
 
 
 class FusionParams(BaseModel):
@@ -68,10 +101,10 @@ class WeightsSettings(TuningSettings):
                                     "file:PATH with the tuning topics' rewrites); default: [reformulator] method; "
                                     "formerly tune_llm")
     folds: int = Field(5, ge=2, description="source = cv: folds, by conversation")
-    seed: int = Field(0, ge=0, description="fold assignment (cv) and the random baseline")
 
     def search_settings(self) -> TuningSettings:
-        """What the grid search reads (step, objective, min_turns), without where the weights come from."""
+        """What the grid search and the choice of points read (step, objective, min_turns, the selection rule),
+        without where the weights come from."""
         return TuningSettings.model_validate(self.model_dump(include=set(TuningSettings.model_fields)))
 
     @model_validator(mode="before")
@@ -101,6 +134,10 @@ class FusionSettings(BaseModel):
         True, description="also fuse and evaluate the paper's baselines: true (all), false, or a list of system names"
     )
     rrf_k: int = Field(60, ge=0, description="k of reciprocal rank fusion")
+    levels: Literal["reformulator", "annotators"] = Field(
+        "reformulator", description="whose levels pick the weights: the reformulator's (the method), or "
+        "annotators: the topics' PTKB provenance (an oracle for analysis: no statement = a, any = c; the tables "
+        "label the systems as using annotations)")
 
     def params(self, rel_threshold: int, missing_level: str | None = "a") -> FusionParams:
         return FusionParams(norm=self.norm, depth=self.depth, rel_threshold=rel_threshold,

@@ -17,7 +17,7 @@ import numpy as np
 from apcir.console import warn
 from apcir.contract.fusion import FusionRecord
 from apcir.contract.layout import RunLayout
-from apcir.contract.levels import load_levels
+from apcir.contract.levels import ANNOTATORS, annotator_levels, load_levels
 from apcir.contract.records import Qrels, Run, Turn
 from apcir.contract.reformulations import LIST_NAMES, ReformulationRecord, levels_of
 from apcir.contract.stage import Stage, StageContext, StageResult, an_output, not_an_input
@@ -25,7 +25,16 @@ from apcir.contract.weights import WeightsFile
 from apcir.errors import ApcirError
 from apcir.fusion.protocol import FusionInputs, tune_variants, tuned_systems
 from apcir.fusion.settings import FusionParams, FusionSettings, TuningSettings
-from apcir.fusion.systems import PRIMARY, SYSTEMS, SystemInputs, fixed_systems, needed_inputs, of_kind, tuned_names
+from apcir.fusion.systems import (
+    PRIMARY,
+    SYSTEMS,
+    SystemInputs,
+    fixed_systems,
+    needed_inputs,
+    of_kind,
+    tuned_names,
+    uses_levels,
+)
 from apcir.io import write_json
 
 
@@ -161,6 +170,8 @@ class TuneStage(Stage):
     tuning: TuningSettings
     """The search's settings (step, objective, min_turns)."""
     params: FusionParams
+    levels: str
+    """Whose levels: ``reformulator`` (the tuning topics' reformulations) or ``annotators`` (their PTKB provenance)."""
     outs: dict[str, Path] = an_output()
     """Weights file per tuned system."""
     turns: list[Turn] = not_an_input()
@@ -179,8 +190,10 @@ class TuneStage(Stage):
         lists = [context.read_run(p) for p in self.lists.values()]
         qrels = datasets.qrels(self.qrels)
         refuse_unjudged_tuning(self.turns, lists, qrels, self.qrels_name, context.passage_texts())
-        target = FusionInputs(lists=lists, levels=levels_of(self.records), qrels=qrels, qrels_name=self.qrels_name,
-                              run_names=[str(p) for p in self.lists.values()], levels_name=str(self.reformulations))
+        oracle = self.levels == ANNOTATORS
+        target = FusionInputs(lists=lists, levels=annotator_levels(self.turns) if oracle else levels_of(self.records),
+                              qrels=qrels, qrels_name=self.qrels_name, run_names=[str(p) for p in self.lists.values()],
+                              levels_name=f"{ANNOTATORS}:{self.tune_topics}" if oracle else str(self.reformulations))
         tuned = tune_variants(target, self.tuning, list(self.outs), self.params)
         for name, weights in tuned.items():
             weights.save(self.outs[name])
@@ -235,6 +248,7 @@ class FuseStage(Stage):
                               settings=weights_cfg, folds=weights_cfg.folds, seed=weights_cfg.seed, given=self.given,
                               protocol=protocol)
         systems = dict(tuned.runs)
+        oracle = self.fusion.levels == ANNOTATORS
         fixed = of_kind(names, "fixed")
         if fixed:
             inputs = SystemInputs(lists=lists, norm=self.fusion.norm, depth=self.fusion.depth,
@@ -258,6 +272,12 @@ class FuseStage(Stage):
         tuned.weights.save(self.layout.weights)
         if tuned.folds:
             write_json(self.layout.weights_folds, [w.model_dump(mode="json") for w in tuned.folds])
-        FusionRecord(systems=list(systems), protocol=tuned.protocol,
-                     tuned_on_test=[n for n in tuned.runs if tuned.tuned_on_test]).save(self.layout.fusion_record)
-        return StageResult(f"{len(systems)} systems fused; weights: {tuned.protocol}")
+        oracle = self.fusion.levels == ANNOTATORS
+        for name, variant_weights in tuned.variant_weights.items():
+            variant_weights.save(self.layout.system_weights(name))
+        protocol = tuned.protocol + ("; levels from the annotators' PTKB provenance (an oracle: uses annotations)"
+                                     if oracle else "")
+        FusionRecord(systems=list(systems), protocol=protocol,
+                     tuned_on_test=[n for n in tuned.runs if tuned.tuned_on_test], levels=self.fusion.levels,
+                     annotated=[n for n in systems if oracle and uses_levels(n)]).save(self.layout.fusion_record)
+        return StageResult(f"{len(systems)} systems fused; weights: {protocol}")

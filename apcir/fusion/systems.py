@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -52,6 +52,8 @@ class Variant:
 
     constraint: Constraint = None
     pooled: bool = False
+    rule: tuple[tuple[str, Any], ...] = ()
+    """Overrides of the experiment's selection rule (:meth:`TuningSettings.rule`), e.g. ``(("shrinkage", "cv"),)``."""
 
 
 class VectorSource(Protocol):
@@ -136,6 +138,14 @@ PRIMARY = "apcir"
 """The system every other is compared with and whose run is submitted: APCIR's level-aware fusion."""
 SYSTEMS.add(SystemSpec(PRIMARY, "APCIR", ("overall", "weights", "fusion"),
                        "personalisation-aware linear fusion, weights per level", "tuned", variant=Variant()))
+SYSTEMS.add(SystemSpec("apcir-shrunk", "APCIR, shrunk to pooled (λ by inner CV)", ("fusion",),
+                       "per-level weights shrunk toward the pooled ones: level ℓ maximises mean_ℓ(w) + λ·mean_all(w), "
+                       "λ chosen by an inner cross-validation by conversation", "tuned",
+                       variant=Variant(rule=(("shrinkage", "cv"),))))
+SYSTEMS.add(SystemSpec("apcir-plateau", "APCIR, plateau optimum", ("fusion",),
+                       "per-level weights at the centroid of the grid points within ε of the maximum "
+                       "(ε: the bootstrap standard error at the argmax)", "tuned",
+                       variant=Variant(rule=(("select", "plateau"),))))
 SYSTEMS.add(SystemSpec("manual", "Manual rewrite (HumanQR)", ("overall",),
                        "the annotators' rewrite, retrieved alone", "retrieved", reformulator="manual", in_figures=True))
 for _index, _name in enumerate(LIST_NAMES):
@@ -169,6 +179,16 @@ SYSTEMS.add(SystemSpec("round-robin", "Round-robin", ("fusion",), "rank 1 of eac
 SYSTEMS.add(SystemSpec("qr-fusion", "Query representation fusion", ("fusion",),
                        "one query per turn: w1*E(q') + w2*E(q'+r') + w3*E(third) with APCIR's level weights, "
                        "searched once", "representation"))
+
+
+def uses_levels(name: str) -> bool:
+    """Does this system's run depend on the turns' levels (a per-level tuned system, or qr-fusion, which sums
+    the query vectors with APCIR's level weights)?"""
+    spec = SYSTEMS.get(name) if name in SYSTEMS else None
+    if spec is None:
+        return False
+    return (spec.kind == "tuned" and spec.variant is not None and not spec.variant.pooled) \
+        or spec.kind == "representation"
 
 
 def tuned_names(names: Sequence[str]) -> list[str]:

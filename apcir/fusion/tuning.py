@@ -21,9 +21,19 @@ from apcir.contract.records import Qrels, Run
 from apcir.contract.reformulations import LEVELS
 from apcir.contract.weights import LevelWeights, TunedOn, WeightsFile
 from apcir.errors import ApcirError
-from apcir.fusion.grid import TIE_RULE, BestPoint, GridSearch, divisions
+from apcir.fusion.folds import conversation_folds
+from apcir.fusion.grid import TIE_RULE, GridSearch, divisions
 from apcir.fusion.linear import align_runs, check_runs, fuse_linear
 from apcir.fusion.normalise import check_norm
+from apcir.fusion.selection import (
+    Choice,
+    SelectionRule,
+    Surface,
+    evidence,
+    level_choice,
+    pooled_choice,
+    resolve_lambda,
+)
 from apcir.ids import split_turn_id
 from apcir.metrics import Evaluation, evaluate, parse_measures
 from apcir.metrics.measures import Measure
@@ -97,6 +107,8 @@ def tune_weights(
     run_names: Sequence[str] = (),
     levels_name: str = "",
     min_turns: int = 1,
+    rule: SelectionRule | None = None,
+    with_evidence: bool = False,
 ) -> WeightsFile:
     """Best weights per level (and over all turns) by exhaustive search over the simplex.
 
@@ -125,7 +137,7 @@ def tune_weights(
             rel_threshold=rel_threshold,
             progress=progress,
         )
-    weights = weights_from_search(search, levels, chosen, constraint, min_turns)
+    weights = weights_from_search(search, levels, chosen, constraint, min_turns, rule, with_evidence=with_evidence)
     weights.tuned_on = TunedOn(
         qrels=qrels_name,
         qrels_fingerprint=qrels_fingerprint({t: qrels[t] for t in chosen}),
@@ -143,22 +155,35 @@ def weights_from_search(
     turns: Sequence[str],
     constraint: Constraint = None,
     min_turns: int = 1,
+    rule: SelectionRule | None = None,
+    *,
+    with_evidence: bool = False,
 ) -> WeightsFile:
-    """Per-level best points of a finished search over ``turns``.
+    """Per-level points of a finished search over ``turns``, chosen by ``rule`` (default: the per-level argmax).
 
     A level with fewer than ``min_turns`` tuning turns (at least 1) uses the
-    weights tuned on all ``turns``, and says so in its ``note``.
+    weights tuned on all ``turns``, and says so in its ``note``. ``with_evidence``:
+    bootstrap the turns for the evidence of :mod:`apcir.fusion.selection`.
     """
     if min_turns < 0:
         raise ApcirError(f"min_turns must be >= 0, got {min_turns}")
+    rule = rule or SelectionRule()
     allowed = constraint(search.compositions) if callable(constraint) else constraint
-    overall = _level_weights(search.best(turns, allowed))
+    surface = Surface(search, turns, levels)
+    pooled_scores = surface.scores(turns)
+    selection = resolve_lambda(surface, turns, levels, allowed, rule, min_turns)
+    lam = selection.shrinkage
+    overall_choice = pooled_choice(surface, turns, allowed, rule)
+    overall = _level_weights(search, turns, overall_choice)
+    epsilons: dict[str, float | np.ndarray | None] = {"all": overall_choice.epsilon}
     by_level: dict[str, LevelWeights] = {}
     names = list(LEVELS) + sorted({levels[t] for t in turns} - set(LEVELS))
     for level in names:
         level_turns = [t for t in turns if levels[t] == level]
         if level_turns and len(level_turns) >= min_turns:
-            by_level[level] = _level_weights(search.best(level_turns, allowed))
+            choice = level_choice(surface, level_turns, turns, pooled_scores, allowed, lam, rule)
+            epsilons[level] = choice.epsilon
+            by_level[level] = _level_weights(search, level_turns, choice)
         else:
             why = (f"no tuning turn has level {level}" if not level_turns
                    else f"level {level} has {len(level_turns)} tuning turn(s), fewer than min_turns = {min_turns}")
@@ -182,16 +207,21 @@ def weights_from_search(
         min_turns=min_turns,
         levels=by_level,
         all_turns=overall,
+        selection=selection,
+        evidence=evidence(surface, turns, levels, allowed, rule, lam, epsilons, min_turns) if with_evidence else None,
     )
 
 
-def _level_weights(best: BestPoint) -> LevelWeights:
+def _level_weights(search: GridSearch, turns: Sequence[str], choice: Choice) -> LevelWeights:
+    """The weights of a chosen point, with the objective and each measure's mean over ``turns`` there."""
+    means = search.means(turns)[choice.index]
     return LevelWeights(
-        weights=list(best.weights),
-        composition=list(best.composition),
-        score=best.score,
-        measures=best.measures,
-        n_turns=best.n_turns,
+        weights=[float(w) for w in search.weights[choice.index]],
+        composition=[int(c) for c in search.compositions[choice.index]],
+        score=float(means.sum()),
+        measures={m.name: float(means[j]) for j, m in enumerate(search.measures)},
+        n_turns=len(turns),
+        plateau=choice.plateau,
     )
 
 
@@ -231,21 +261,6 @@ class CVResult:
     measures: list[str] = field(default_factory=list)
 
 
-def conversation_folds(turns: Sequence[str], k: int, seed: int = 0) -> list[list[str]]:
-    """Conversations split into ``k`` folds, shuffled deterministically by ``seed``."""
-    conversations = sorted({split_turn_id(t)[0] for t in turns})
-    if k < 2:
-        raise ApcirError(f"cross-validation needs at least 2 folds (--cv, folds), got {k}")
-    if k > len(conversations):
-        raise ApcirError(f"cannot make {k} cross-validation folds (--cv, folds): the turns come from only "
-                         f"{len(conversations)} conversation(s), and folds are split by conversation")
-    order = np.random.default_rng(seed).permutation(len(conversations))
-    folds: list[list[str]] = [[] for _ in range(k)]
-    for position, index in enumerate(order):
-        folds[position % k].append(conversations[index])
-    return [sorted(f) for f in folds]
-
-
 def cross_validate(
     runs: Sequence[Run],
     levels: Mapping[str, str],
@@ -264,6 +279,7 @@ def cross_validate(
     search: GridSearch | None = None,
     progress: bool = False,
     min_turns: int = 1,
+    rule: SelectionRule | None = None,
 ) -> CVResult:
     """k-fold cross-validation by conversation: tune on k-1 folds, fuse the held-out fold.
 
@@ -303,7 +319,7 @@ def cross_validate(
         held = set(conversations)
         test = [t for t in turns if split_turn_id(t)[0] in held]
         train = [t for t in turns if split_turn_id(t)[0] not in held]
-        weights = weights_from_search(search, levels, train, constraint, min_turns)
+        weights = weights_from_search(search, levels, train, constraint, min_turns, rule)
         weights.tuned_on = TunedOn(
             qrels_fingerprint=qrels_fingerprint({t: qrels[t] for t in train}),
             turns=len(train),

@@ -279,3 +279,58 @@ def test_baseline_names_are_the_system_registry_names(run_cli, files):
     assert code == 0, err
     code, _, err = run_cli("baseline", "list3", "--runs", *paths, "--out", str(tmp / "x.trec"))
     assert code == 2 and "unknown baseline 'list3'" in err and "list-rewrite" in err
+
+
+def test_tune_chooses_by_the_rule_given_and_prints_the_evidence(run_cli, files):
+    tmp, paths, runs, qrels, levels = files
+    from apcir.fusion.selection import SelectionRule
+    from apcir.fusion.tuning import tune_weights
+
+    code, out, err = run_cli("tune", "--runs", *paths, "--levels", str(tmp / "levels.tsv"), "--qrels",
+                             str(tmp / "qrels.txt"), "--step", "0.1", "--out", str(tmp / "weights.json"),
+                             "--shrinkage", "cv", "--select", "plateau", "--bootstrap", "200", "--seed", "4")
+    assert code == 0, err
+    assert "inner cross-validation" in out and "beats pooled" in out and "200 bootstrap resamples" in out
+    saved = json.loads((tmp / "weights.json").read_text())
+    expected = tune_weights(runs, levels, qrels, step="0.1",
+                            rule=SelectionRule(shrinkage="cv", select="plateau", bootstrap=200, seed=4),
+                            with_evidence=True)
+    assert saved["selection"]["shrinkage"] == expected.selection.shrinkage
+    assert {lv: saved["levels"][lv]["weights"] for lv in "abc"} == {lv: expected.levels[lv].weights for lv in "abc"}
+    assert saved["evidence"]["levels"]["a"]["intervals"] == expected.evidence.levels["a"].intervals
+    code, out, err = run_cli("tune", "--runs", *paths, "--levels", str(tmp / "levels.tsv"), "--qrels",
+                             str(tmp / "qrels.txt"), "--step", "0.1", "--cv", "2", "--shrinkage", "much")
+    assert code != 0 and "--shrinkage: expected a number or 'cv', got 'much'" in err
+    assert "Traceback" not in err
+
+
+def test_levels_can_be_the_annotators_of_bundled_topics():
+    from apcir import datasets
+
+    oracle = datasets.levels("annotators:ikat23-test")
+    turns = datasets.topics("ikat23-test")
+    assert set(oracle) == {t.turn_id for t in turns} and set(oracle.values()) == {"a", "c"}
+    assert all(oracle[t.turn_id] == ("c" if t.ptkb_provenance else "a") for t in turns)
+
+
+@pytest.mark.parametrize(("name", "rule"), [("apcir-shrunk", {"shrinkage": "cv"}), ("apcir-plateau", {"select": "plateau"})])
+def test_baseline_builds_the_shrunk_and_plateau_systems(run_cli, files, name, rule):
+    from apcir.contract.runs import load_run
+    from apcir.fusion.linear import fuse_linear
+    from apcir.fusion.selection import SelectionRule
+    from apcir.fusion.tuning import tune_weights
+
+    tmp, paths, runs, qrels, levels = files
+    out = tmp / f"{name}.trec"
+    code, _, err = run_cli("baseline", name, "--runs", *paths, "--levels", str(tmp / "levels.tsv"), "--qrels",
+                           str(tmp / "qrels.txt"), "--step", "0.1", "--out", str(out))
+    assert code == 0, err
+    weights = tune_weights(runs, levels, qrels, step="0.1", rule=SelectionRule(**rule))
+    assert load_run(out) == load_run_of(fuse_linear(runs, levels, weights), tmp)
+
+
+def load_run_of(run, tmp):
+    from apcir.contract.runs import load_run
+
+    write_run(run, tmp / "expected.trec", tag="x")
+    return load_run(tmp / "expected.trec")

@@ -43,6 +43,28 @@ def test_demo_compares_every_system_and_is_valid(demo):
     assert len(metrics.systems["qr-fusion"].per_turn) == 74  # query-representation fusion, out-of-fold weights
 
 
+def test_demo_keeps_each_tuned_systems_weights_with_their_rule_and_evidence(demo):
+    from apcir.contract.weights import load_weights
+
+    config, report = demo
+    assert report.metrics is not None
+    for system in ("apcir-shrunk", "apcir-plateau", "no-levels", "equal"):
+        assert len(report.metrics.systems[system].per_turn) == 74, system  # out-of-fold, like apcir
+    paper = load_weights(config.run_dir / "weights.json")
+    assert paper.selection.shrinkage == 0 and paper.selection.select == "argmax"
+    shrunk = load_weights(config.run_dir / "systems" / "apcir-shrunk.weights.json")
+    plateau = load_weights(config.run_dir / "systems" / "apcir-plateau.weights.json")
+    assert shrunk.selection.shrinkage_by.startswith("inner cross-validation") and len(shrunk.selection.held_out) == 9
+    assert all(lw.plateau is not None and lw.plateau.epsilon >= 0 for lw in plateau.levels.values() if not lw.fallback)
+    assert any(lw.plateau is not None and lw.plateau.points > 1 for lw in plateau.levels.values())
+    for weights in (paper, shrunk, plateau):
+        assert weights.evidence is not None and weights.evidence.resamples == 1000
+        assert all(len(e.intervals) == 3 for e in weights.evidence.levels.values())
+    text = (config.run_dir / "report" / "report.md").read_text()
+    assert "## Fusion weights: how they were chosen, and the bootstrap evidence" in text
+    assert "APCIR, plateau optimum" in text and "beats pooled" in text
+
+
 def test_demo_rerun_reuses_everything(demo):
     config, first = demo
     again = run_experiment(config, progress=False)
