@@ -27,6 +27,8 @@ class ApcirError(Exception):
     def __init__(self, message: str, *, path: str | Path | None = None, line: int | None = None):
         self.path = str(path) if path is not None else None
         self.line = line
+        self.message = message
+        """The message without the path and line."""
         where = ""
         if self.path is not None:
             where = self.path if line is None else f"{self.path}:{line}"

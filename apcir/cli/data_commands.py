@@ -43,7 +43,13 @@ def dataset_summary() -> dict[str, Any]:
         collection_rows.append(
             {"name": name, "description": info.description, "passages": count, "source": info.source}
         )
-    return {"topics": topic_rows, "qrels": qrels_rows, "collections": collection_rows}
+    judgement_rows = [{"name": name, "kind": kind, "description": info.description, "source": info.source}
+                      for kind, entries in (("nuggets (--nuggets)", datasets.NUGGETS),
+                                            ("responses of runs", datasets.RESPONSE_RUNS),
+                                            ("gold responses (ROUGE-L)", datasets.REFERENCES))
+                      for name, info in entries.items()]
+    return {"topics": topic_rows, "qrels": qrels_rows, "collections": collection_rows,
+            "response_judgements": judgement_rows}
 
 
 def datasets_command(
@@ -71,6 +77,12 @@ def datasets_command(
         table.add_column(column)
     for row in summary["collections"]:
         table.add_row(row["name"], str(row["passages"]), row["description"])
+    console.print(table)
+    table = Table(title="Response judgements")
+    for column in ("name", "kind", "description"):
+        table.add_column(column)
+    for row in summary["response_judgements"]:
+        table.add_row(row["name"], row["kind"], row["description"])
     console.print(table)
     console.print("Any command that takes a dataset name also takes a path to a file.")
 

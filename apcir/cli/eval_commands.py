@@ -13,6 +13,7 @@ from apcir.cli.common import console, err_console, llm_options, llm_values, mean
 from apcir.contract.responses import load_responses
 from apcir.contract.runs import read_run_file
 from apcir.errors import ApcirError
+from apcir.evaluation.nugget_matchers import MATCHERS, MatcherSettings
 from apcir.evaluation.responses import ResponseMetrics, evaluate_responses
 from apcir.evaluation.settings import JudgeSettings
 from apcir.evaluation.stage import compare_runs
@@ -146,9 +147,11 @@ def _print_json(comparison, labels, per_turn, rel_threshold, complete) -> None: 
     })
 
 
-@llm_options("Judge: ", exclude=("temperature", "max_tokens"))
+@llm_options("Judge and llm matcher: ", exclude=("temperature", "max_tokens"))
 def evaluate_responses_command(
-    responses: Path = typer.Argument(..., help="Responses JSONL of `apcir respond`."),
+    responses: list[str] = typer.Argument(
+        ..., help="Responses: apcir respond's JSONL; with --nuggets also several files, {turn_id: {run: text}} "
+                  "(iKAT 2024), BERGEN [{q_id, response}] files (iKAT 2025) or ikat25-runs (bundled)."),
     topics: str = typer.Option(..., "--topics", "-t", help="Topics with the canonical responses (name or file)."),
     qrels: str | None = typer.Option(None, "--qrels", "-q", help="Passage qrels: citation precision (name or file)."),
     levels: Path | None = typer.Option(
@@ -156,23 +159,43 @@ def evaluate_responses_command(
     ),
     rel_threshold: int = typer.Option(1, "--rel-threshold", "-l", min=1, help="Lowest grade of a relevant passage."),
     judge: str | None = typer.Option(None, "--judge", help="LLM judge model (gpt-4o, ...); default: no judge."),
+    nuggets: str | None = typer.Option(None, "--nuggets", help="Gold nuggets (ikat25-test, or a file): nugget recall "
+                                                              "of every run, a leaderboard."),
+    matcher: str = typer.Option("embedding", "--matcher", help="Nugget matcher: " + ", ".join(MATCHERS.names())),
+    tau: float | None = typer.Option(None, "--tau", min=0, help="Threshold of the lexical and embedding matchers."),
+    encoder: str = typer.Option("minilm", "--encoder", help="Embedding matcher's bi-encoder (minilm, path, hub id)."),
+    matcher_model: str | None = typer.Option(None, "--matcher-model", help="The llm matcher's model."),
+    per_nugget: bool = typer.Option(False, "--per-nugget", help="llm matcher: one request per nugget (default: "
+                                                                "one per turn and response, the nuggets numbered)."),
+    baseline: str | None = typer.Option(None, "--baseline", help="Run the others are tested against (paired)."),
+    compare_matcher: str | None = typer.Option(None, "--compare-matcher",
+                                               help="A second matcher: Kendall's τ between the two run orderings."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write every number (per turn too) as JSON here."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     llm: dict[str, Any] | None = None,
 ) -> None:
-    """Evaluate responses: ROUGE-L against the canonical responses, citation precision from the qrels, an LLM judge."""
+    """Evaluate responses: ROUGE-L, citation precision and an LLM judge; with --nuggets, nugget recall of one or
+    many runs (a leaderboard)."""
     given = llm or {}
-    judge_settings = settings(JudgeSettings, model=judge, **llm_values(given))
     if out is not None:
         check_writable(out, "response metrics")
-        refuse_inputs_as_outputs([out], [responses, topics, qrels, levels, given.get("prices"), given.get("cache_dir")])
-    records = load_responses(responses)
+        refuse_inputs_as_outputs([out], [*responses, topics, qrels, levels, nuggets, given.get("prices"),
+                                        given.get("cache_dir")])
+    if nuggets is not None:
+        _nugget_leaderboard(responses, topics, nuggets, matcher, tau, encoder, matcher_model, per_nugget, baseline,
+                            compare_matcher, levels, out, as_json, given)
+        return
+    if len(responses) != 1:
+        raise ApcirError(f"give one responses file (got {len(responses)}); several runs need --nuggets")
+    judge_settings = settings(JudgeSettings, model=judge, **llm_values(given))
+    records = load_responses(Path(responses[0]))
     if not records:
-        raise ApcirError("no response records", path=responses)
+        raise ApcirError("no response records", path=responses[0])
     metrics = evaluate_responses(
         records, datasets.topics(topics), topics=topics, qrels=datasets.qrels(qrels) if qrels else None,
         qrels_name=qrels, rel_threshold=rel_threshold, levels=datasets.levels(levels) if levels else None,
         judge_model=judge_settings.model, judge_settings=judge_settings,
+        references=datasets.reference_responses(topics),
     )
     if out is not None:
         write_text(out, metrics.model_dump_json(indent=1))
@@ -190,6 +213,78 @@ def evaluate_responses_command(
     if out is not None:
         console.print(f"every number, per turn too: {out}", highlight=False)
     _fail_if_unjudged(metrics)
+
+
+def matcher_settings(tau: float | None, encoder: str, model: str | None, per_nugget: bool,
+                     given: dict[str, Any]) -> MatcherSettings:
+    """The matcher's settings from the command's options (the LLM ones as the judge's)."""
+    from apcir.llm.settings import LLMSettings
+
+    return MatcherSettings(tau=tau, encoder=encoder, model=model, batched=not per_nugget,
+                           llm=settings(LLMSettings, **llm_values(given)))
+
+
+def _nugget_leaderboard(responses: list[str], topics: str, nuggets: str, matcher: str, tau: float | None,
+                        encoder: str, model: str | None, per_nugget: bool, baseline: str | None,
+                        compare_matcher: str | None, levels: Path | None, out: Path | None, as_json: bool,
+                        given: dict[str, Any]) -> None:
+    from apcir.evaluation.nugget_scores import score_runs
+    from apcir.evaluation.nuggets import load_nuggets, load_response_runs
+
+    for name in (matcher, compare_matcher):
+        if name is not None and name not in MATCHERS:
+            raise ApcirError(f"unknown matcher {name!r}: expected one of {', '.join(MATCHERS.names())}")
+    gold = load_nuggets(nuggets, {t.turn_id for t in datasets.topics(topics)})
+    runs = load_response_runs(responses)
+    report = score_runs(gold, runs, matcher, matcher_settings(tau, encoder, model, per_nugget, given),
+                        baseline=baseline, compare_matcher=compare_matcher,
+                        levels=datasets.levels(levels) if levels else None)
+    if out is not None:
+        write_text(out, report.model_dump_json(indent=1))
+    if as_json:
+        print_json(report.model_dump(mode="json"))
+        return
+    info = report.matcher
+    title = (f"nugget recall on {report.nuggets} ({sum(len(v) for v in gold.by_turn.values())} nuggets, "
+             f"{len(gold.by_turn)} turns), matcher {info.name}"
+             + (f" (τ = {info.tau:g})" if MATCHERS.get(info.name).thresholded else f" ({info.model})"))
+    table = Table(title=title)
+    for column in ("rank", "run", "recall x100", "weighted x100", "turns", "missing"):
+        table.add_column(column, justify="left" if column == "run" else "right")
+    tests = {t.system: t for t in report.tests}
+    if baseline:
+        table.add_column(f"vs {baseline}", justify="right")
+    if report.compare_matcher is not None:
+        table.add_column(f"recall x100, {report.compare_matcher.name}", justify="right")
+    for rank, name in enumerate(report.ranking(), start=1):
+        run = report.runs[name]
+        cells = [str(rank), name, f"{100 * run.recall:.1f}", f"{100 * run.weighted_recall:.1f}", str(run.turns),
+                 str(len(run.missing))]
+        if baseline:
+            test = tests.get(name)
+            cells.append("baseline" if name == baseline else
+                         f"p = {test.p_corrected:.3g}{' †' if test.significant else ''}" if test else "")
+        if report.compare_matcher is not None:
+            cells.append(f"{100 * report.compare_recall[name]:.1f}")
+        table.add_row(*cells)
+    console.print(table)
+    if len(runs) == 1:
+        only = next(iter(report.runs.values()))
+        for level, values in only.per_level.items():
+            console.print(f"level {level}: recall {100 * values['nugget recall']:.1f}, weighted "
+                          f"{100 * values['weighted nugget recall']:.1f} ({int(values['turns'])} turns)",
+                          highlight=False)
+    if report.kendall_tau is not None and report.compare_matcher is not None:
+        console.print(f"Kendall's τ between the run orderings of {info.name} and {report.compare_matcher.name}: "
+                      f"{report.kendall_tau:.3f} (p = {report.kendall_p:.3g})", highlight=False)
+    if info.requests or info.cache_hits:
+        console.print(f"llm matcher: {info.requests} requests, {info.cache_hits} from the cache", highlight=False)
+    for note in report.notes:
+        console.print(f"note: {note}", highlight=False, markup=False)
+    if any(str(r).endswith(".jsonl") for r in responses):
+        console.print("note: apcir's responses cite the passages of the collection they were made over; over the "
+                      "894-passage demo collection they are not comparable with runs over the full ClueWeb22",
+                      highlight=False, markup=False)
 
 
 def _fail_if_unjudged(metrics: ResponseMetrics) -> None:

@@ -11,10 +11,16 @@ from apcir.datasets.qrels import load_qrels, write_qrels
 from apcir.datasets.registry import (
     COLLECTIONS,
     IR_DATASETS,
+    NUGGETS,
     QRELS,
+    REFERENCES,
+    RESPONSE_RUNS,
     TOPICS,
     collection_path,
+    nuggets_file,
     qrels_path,
+    references_file,
+    response_run_files,
     topics_path,
 )
 from apcir.datasets.topics import load_topics
@@ -48,6 +54,17 @@ def levels(spec: str | Path) -> dict[str, str]:
     if text.startswith(f"{ANNOTATORS}:"):
         return annotator_levels(topics(text.split(":", 1)[1]))
     return load_levels(spec)
+
+
+def reference_responses(name_or_path: str | Path) -> dict[str, str]:
+    """The canonical response of each turn, as ROUGE-L compares with: the topics' ``response``, replaced by the
+    NIST assessors' gold response where one is bundled (``ikat25-test``: 45 turns)."""
+    references = {t.turn_id: t.response for t in topics(name_or_path)}
+    name = str(name_or_path)
+    if name in REFERENCES:
+        gold = read_json(references_file(name), "gold responses")
+        references.update({canonical_turn_id(turn): str(text) for turn, text in gold.items()})
+    return references
 
 
 def topics_year(name_or_path: str | Path) -> int:
@@ -102,6 +119,9 @@ def select_turns(
 __all__ = [
     "COLLECTIONS",
     "IR_DATASETS",
+    "NUGGETS",
+    "REFERENCES",
+    "RESPONSE_RUNS",
     "QRELS",
     "TOPICS",
     "collection_path",
@@ -112,6 +132,10 @@ __all__ = [
     "qrels",
     "passage_texts",
     "qrels_path",
+    "nuggets_file",
+    "reference_responses",
+    "references_file",
+    "response_run_files",
     "select_turns",
     "topics",
     "topics_path",

@@ -24,6 +24,9 @@ class BundledDataset:
     source: str
 
 
+IKAT25_SOURCE = ("irlabamsterdam/ikat2025 (CC BY 4.0; TREC iKAT 2025: A Test Collection for the Offline and "
+                 "Interactive Evaluation of Conversational Search, Abbasiantaeb, Lupart et al.)")
+
 TOPICS: dict[str, BundledDataset] = {
     "ikat23-train": BundledDataset("ikat23-train", "iKAT 2023 train conversations", "irlabamsterdam/iKAT (MIT)"),
     "ikat23-test": BundledDataset("ikat23-test", "iKAT 2023 test conversations", "irlabamsterdam/iKAT (MIT)"),
@@ -37,12 +40,32 @@ QRELS: dict[str, BundledDataset] = {
     "ikat23-test-ptkb": BundledDataset(
         "ikat23-test-ptkb", "iKAT 2023 PTKB-statement qrels, grades 0/1", "irlabamsterdam/iKAT (MIT)"
     ),
+    "ikat25-test": BundledDataset("ikat25-test", "iKAT 2025 passage qrels (NIST), grades 0-4, 45 turns",
+                                  IKAT25_SOURCE),
+    "ikat25-test-ptkb": BundledDataset(
+        "ikat25-test-ptkb", "iKAT 2025 PTKB-statement qrels (NIST), grades 0-4, 45 turns; statement ids as apcir "
+        "numbers them (1-based positions; apcir.datasets.ikat25_ptkb)", IKAT25_SOURCE),
     "ikat23-test-provenance": BundledDataset(
         "ikat23-test-provenance",
         "iKAT 2023 passage qrels restricted to the ikat23-provenance collection (74 turns with a relevant "
         "passage in it; not comparable with full-collection numbers)",
         "NIST, TREC iKAT 2023 (apcir.retrieval.provenance_qrels)",
     ),
+}
+
+NUGGETS: dict[str, BundledDataset] = {
+    "ikat25-test": BundledDataset("ikat25-test", "iKAT 2025 gold nuggets extracted by NIST assessors: 2,241 over 45 "
+                                  "turns, each a span of a relevant passage or a PTKB statement", IKAT25_SOURCE),
+}
+
+RESPONSE_RUNS: dict[str, BundledDataset] = {
+    "ikat25-runs": BundledDataset("ikat25-runs", "three iKAT 2025 runs' generated responses (cfda-auto-1, "
+                                  "UCSC-base-ensemble, the organisers' baseline), 45 judged turns", IKAT25_SOURCE),
+}
+
+REFERENCES: dict[str, BundledDataset] = {
+    "ikat25-test": BundledDataset("ikat25-test", "iKAT 2025 gold responses written by NIST assessors (45 turns): the "
+                                  "canonical responses ROUGE-L compares with", IKAT25_SOURCE),
 }
 
 COLLECTIONS: dict[str, BundledDataset] = {
@@ -81,7 +104,8 @@ IR_DATASETS: dict[str, IrDatasetsId] = {
         "ikat23-test", "ikat23-test-provenance", "ikat23-provenance",
         description="iKAT 2023 test topics, the 894 provenance passages as documents, qrels restricted to them"),
     "trec-ikat/2024/test": IrDatasetsId("ikat24-test", "ikat24-test", description="iKAT 2024 test topics and qrels"),
-    "trec-ikat/2025/test": IrDatasetsId("ikat25-test", description="iKAT 2025 test topics (judgments: see docs)"),
+    "trec-ikat/2025/test": IrDatasetsId("ikat25-test", "ikat25-test",
+                                        description="iKAT 2025 test topics and NIST qrels (45 judged turns)"),
 }
 
 
@@ -119,6 +143,22 @@ def _qrels_file(name: str) -> Path:
         if candidate.exists():
             return candidate
     raise ApcirError(f"bundled qrels {name!r} are missing from this installation (looked in {_HERE / 'qrels'})")
+
+
+IKAT25 = _HERE / "ikat25"
+"""The bundled iKAT 2025 judgments beside the qrels: nuggets, gold responses, three runs' responses (CC BY 4.0)."""
+
+
+def nuggets_file(name: str) -> Path:
+    return {"ikat25-test": IKAT25 / "nuggets-nist.json"}[name]
+
+
+def response_run_files(name: str) -> list[Path]:
+    return {"ikat25-runs": sorted((IKAT25 / "responses").glob("*.json"))}[name]
+
+
+def references_file(name: str) -> Path:
+    return {"ikat25-test": IKAT25 / "gold-response-nist.json"}[name]
 
 
 def _collection_file(name: str) -> Path:

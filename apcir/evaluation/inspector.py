@@ -43,6 +43,26 @@ def _top(run: dict[str, dict[str, float]], turn: str, passages: dict[str, int]) 
     return [[passages.setdefault(pid, len(passages)), round(score, 4)] for pid, score in hits]
 
 
+def _nuggets(metrics: Any, turn: str) -> list[list[Any]]:
+    """The turn's gold nuggets as [text, covered] (``[evaluation] nuggets``), or none."""
+    info = metrics.responses.nuggets if metrics is not None and metrics.responses is not None else None
+    if info is None or turn not in info.total:
+        return []
+    from apcir.evaluation.nuggets import load_nuggets
+
+    gold = _nugget_sets.get(info.nuggets)
+    if gold is None:
+        try:
+            gold = _nugget_sets.setdefault(info.nuggets, load_nuggets(info.nuggets).by_turn)
+        except ApcirError:
+            return []
+    covered = set(info.covered.get(turn, []))
+    return [[n.text, n.nugget_id in covered] for n in gold.get(turn, [])]
+
+
+_nugget_sets: dict[str, Any] = {}
+
+
 def _texts(run_dir: Path, config: dict[str, Any], ids: Iterable[str]) -> dict[str, str]:
     from apcir.retrieval.settings import RetrievalSettings
     from apcir.retrieval.stage import passage_texts_for
@@ -128,6 +148,7 @@ def gather(run_dirs: list[Path]) -> dict[str, Any]:
                                     "cited": [passages.setdefault(p, len(passages)) for p in answer.citations],
                                     "ptkb_used": list(answer.ptkb_used)}
                 shown.update(view["response"]["passages"])
+                view["nuggets"] = _nuggets(data["metrics"], turn.turn_id)
             for hits in [view["fused"], *view["reranked"].values(), *view["lists"].values()]:
                 shown.update(index for index, _ in hits)
             entry["runs"][run["name"]] = view

@@ -25,11 +25,14 @@ from apcir.contract.records import Qrels, Turn
 from apcir.contract.responses import ResponseRecord, cited_numbers, strip_citations
 from apcir.errors import ApcirError
 from apcir.evaluation.judge import judge_all
+from apcir.evaluation.nugget_matchers import MatcherSettings
+from apcir.evaluation.nuggets import NuggetSet
 from apcir.llm.settings import LLMSettings
 from apcir.metrics import check_judged
 
-ROUGE, PRECISION, HIT, JUDGE = "ROUGE-L", "citation precision", "relevant citation", "judge"
-MEASURES = (ROUGE, PRECISION, HIT, JUDGE)
+ROUGE, PRECISION, HIT, JUDGE, NUGGETS = ("ROUGE-L", "citation precision", "relevant citation", "judge",
+                                        "nugget recall")
+MEASURES = (ROUGE, PRECISION, HIT, JUDGE, NUGGETS)
 
 
 class JudgeInfo(BaseModel):
@@ -41,6 +44,16 @@ class JudgeInfo(BaseModel):
     repairs: int = 0
     cost_usd: float | None = None
     aspects: dict[str, list[tuple[str, int]]] = Field(default_factory=dict, description="turn -> (aspect, 0-2)")
+
+
+class NuggetInfo(BaseModel):
+    """Which nuggets each response covered (``[evaluation] nuggets``): for the report and the inspector."""
+
+    nuggets: str
+    matcher: str
+    tau: float
+    covered: dict[str, list[str]] = Field(default_factory=dict, description="turn -> ids of the covered nuggets")
+    total: dict[str, int] = Field(default_factory=dict, description="turn -> its number of nuggets")
 
 
 class ResponseMetrics(BaseModel):
@@ -57,6 +70,7 @@ class ResponseMetrics(BaseModel):
     per_turn: dict[str, dict[str, float]] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
     judge: JudgeInfo | None = None
+    nuggets: NuggetInfo | None = None
 
 
 def rouge_l(pairs: Sequence[tuple[str, str]]) -> list[float]:
@@ -80,8 +94,18 @@ def evaluate_responses(
     levels: Mapping[str, str] | None = None,
     judge_model: str | None = None,
     judge_settings: LLMSettings | None = None,
+    references: Mapping[str, str] | None = None,
+    nuggets: NuggetSet | None = None,
+    matcher: str = "embedding",
+    matcher_settings: MatcherSettings | None = None,
 ) -> ResponseMetrics:
-    """The response measures of ``responses`` for the topic turns ``turns`` (see the module docstring)."""
+    """The response measures of ``responses`` for the topic turns ``turns`` (see the module docstring).
+
+    ``references``: each turn's canonical response, when not the topics' own (``datasets.reference_responses``
+    gives the NIST gold responses of ``ikat25-test``). ``nuggets``: score each response's nugget recall with
+    ``matcher`` (:mod:`apcir.evaluation.nugget_scores`), over the turns that have nuggets."""
+    if references is not None:
+        turns = [t.model_copy(update={"response": references.get(t.turn_id, t.response)}) for t in turns]
     in_topics = [t for t in turns if t.turn_id in responses]
     if not in_topics:
         raise ApcirError(f"no response is for a turn of {topics} ({len(responses)} responses): are these the topics "
@@ -141,6 +165,26 @@ def evaluate_responses(
             notes.append(f"judge: {len(run.unjudged)} turn(s) unjudged (not scored; the request failed, or the answer "
                          f"was unusable after one repair): {', '.join(sorted(run.unjudged)[:10])}; "
                          f"{first}: {run.unjudged[first][:200]}")
+    nugget_info = None
+    if nuggets is not None:
+        from apcir.evaluation.nugget_scores import match, run_scores
+
+        texts = {t.turn_id: strip_citations(responses[t.turn_id].text) for t in ok if t.turn_id in nuggets.by_turn}
+        if not texts:
+            notes.append(f"nugget recall skipped: no response is for a turn of the nuggets ({nuggets.name})")
+        else:
+            subset = nuggets.model_copy(update={"by_turn": {t: nuggets.by_turn[t] for t in texts}})
+            matched, used = match(subset, {"run": texts}, matcher, matcher_settings or MatcherSettings())
+            scored = run_scores("run", subset, matched["run"], used.tau)
+            for turn_id, values in scored.per_turn.items():
+                per_turn[turn_id][NUGGETS] = values.recall
+            nugget_info = NuggetInfo(nuggets=nuggets.name, matcher=matcher, tau=used.tau,
+                                     covered={t: v.covered for t, v in scored.per_turn.items()},
+                                     total={t: v.total for t, v in scored.per_turn.items()})
+            lacking = len(nuggets.by_turn) - len(texts)
+            if lacking:
+                notes.append(f"nugget recall over the {len(texts)} turn(s) with a response; {lacking} turn(s) of "
+                             f"the nuggets have none here")
     measures, turn_counts = _means(per_turn.values())
     per_level: dict[str, dict[str, float]] = {}
     level_turns: dict[str, dict[str, int]] = {}
@@ -160,6 +204,7 @@ def evaluate_responses(
         responder=next(iter(responses.values())).responder, topics=topics, qrels=qrels_name,
         rel_threshold=rel_threshold, measures=measures, turns={**counts, **turn_counts}, per_level=per_level,
         level_turns=level_turns, per_turn=dict(sorted(per_turn.items())), notes=notes, judge=info,
+        nuggets=nugget_info,
     )
 
 

@@ -38,6 +38,18 @@ class EvaluationSettings(BaseModel):
     )
     ptkb_measures: list[str] = Field(default_factory=lambda: ["ptkb"], description="measures of the PTKB ranking")
     judge: JudgeSettings = Field(default_factory=JudgeSettings, description="LLM judge of the responses (off)")
+    nuggets: str | None = Field(None, description="gold nuggets (ikat25-test, or a file): the responses' nugget recall")
+    nugget_matcher: str = Field("embedding", description="nugget matcher of a run: lexical or embedding (the llm "
+                                                         "matcher: apcir evaluate-responses --matcher llm)")
+    nugget_tau: float | None = Field(None, ge=0, description="the matcher's threshold (default: the matcher's)")
+
+    @field_validator("nugget_matcher")
+    @classmethod
+    def _offline_matcher(cls, value: str) -> str:
+        if value not in ("lexical", "embedding"):
+            raise ValueError(f"nugget_matcher {value!r}: a run uses lexical or embedding (the llm matcher runs from "
+                             "apcir evaluate-responses --matcher llm)")
+        return value
 
     def significance(self) -> SignificanceSettings:
         return SignificanceSettings(test=self.test, correction=self.correction, alpha=self.alpha)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from apcir.contract.records import Qrels, Run, Turn
 from apcir.contract.stage import Stage, StageContext, StageResult, an_output, not_an_input
@@ -191,12 +191,29 @@ class EvaluateStage(Stage):
     """Each re-ranked system: (the system it re-ranks, its re-ranker's key)."""
     rerankers: dict[str, RerankerInfo]
     out: Path = an_output()
+    nuggets: Path | None = None
+    """The nugget file of ``evaluation.nuggets`` (fingerprinted by content)."""
     metrics: RunMetrics | None = not_an_input(None)
     """Set by :meth:`run`."""
 
     @property
     def name(self) -> str:
         return "evaluate"
+
+    def _nuggets(self) -> dict[str, Any]:
+        """The nugget arguments of the response evaluation (none without ``evaluation.nuggets``)."""
+        from apcir.evaluation.nugget_matchers import MatcherSettings
+        from apcir.evaluation.nuggets import load_nuggets
+
+        settings = self.evaluation
+        if settings.nuggets is None:
+            return {}
+        from apcir import datasets
+
+        gold = load_nuggets(self.nuggets or settings.nuggets, {t.turn_id for t in datasets.topics(self.topics)})
+        gold.name = settings.nuggets
+        return {"nuggets": gold, "matcher": settings.nugget_matcher,
+                "matcher_settings": MatcherSettings(tau=settings.nugget_tau)}
 
     def outputs(self) -> list[Path]:
         return [self.out]
@@ -227,7 +244,8 @@ class EvaluateStage(Stage):
         judge = settings.judge
         metrics.responses = evaluate_responses(
             load_responses(self.responses), self.turns, topics=self.topics_name, qrels=qrels, qrels_name=qrels_name,
-            rel_threshold=settings.rel_threshold, levels=levels, judge_model=judge.model, judge_settings=judge)
+            rel_threshold=settings.rel_threshold, levels=levels, judge_model=judge.model, judge_settings=judge,
+            references=datasets.reference_responses(self.topics_name), **self._nuggets())
         unjudged = False
         if metrics.responses.judge is not None:
             context.counts.llm_requests += metrics.responses.judge.requests

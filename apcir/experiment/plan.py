@@ -137,7 +137,13 @@ def evaluate(config: ExperimentConfig, layout: RunLayout, turns: list[Turn], sys
         datasets.qrels_path(settings.qrels), settings, layout.responses,
         ptkb_runs if settings.ptkb_qrels else None,
         datasets.qrels_path(settings.ptkb_qrels) if settings.ptkb_qrels else None, retrieval, reranked,
-        reranker_infos(config.rerank) if reranked else {}, layout.metrics)
+        reranker_infos(config.rerank) if reranked else {}, layout.metrics,
+        nuggets=nugget_file(settings.nuggets) if settings.nuggets else None)
+
+
+def nugget_file(name: str) -> Path:
+    """The file of a nugget set: bundled by name, or the path given."""
+    return datasets.nuggets_file(name) if name in datasets.NUGGETS else Path(name).expanduser()
 
 
 def inspect(layout: RunLayout) -> InspectStage:

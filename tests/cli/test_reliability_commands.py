@@ -152,6 +152,8 @@ def _overwrite_cases(work) -> dict[str, list[tuple[list[str], Path]]]:
     runs = [str(r) for r in work["runs"]]
     turns = w["turns"]
     manifest_collection = Path(json.loads((Path(w["index"]) / "manifest.json").read_text())["collection"]["path"])
+    labels = work["base"] / "labels.tsv"
+    labels.write_text("1-1_3\tcfda-auto-1\t1\t1\n")
     config = work["base"] / "overwrite.toml"
     config.write_text(f'name = "overwrite"\noutput_dir = "{work["base"]}"\n[reformulator]\nmethod = "file:{w["refs"]}"\n'
                       '[fusion.weights]\nsource = "file"\nfile = "' + w["weights"] + '"\n')
@@ -171,6 +173,8 @@ def _overwrite_cases(work) -> dict[str, list[tuple[list[str], Path]]]:
                      w["responses"]], work["responses"])],
         "evaluate-responses": [(["evaluate-responses", w["responses"], "-t", "ikat23-test", "-o", w["responses"]],
                                 work["responses"])],
+        "nuggets agreement": [(["nuggets", "agreement", "--labels", str(labels), "--nuggets", "ikat25-test",
+                                "--responses", "ikat25-runs", "--matcher", "lexical", "-o", str(labels)], labels)],
         "retrieve": [(["retrieve", "-i", w["index"], "-q", w["queries"], "-o", w["queries"]], work["queries"]),
                      (["retrieve", "-i", w["index"], "--query-vectors", w["qvec"], "-o", w["qvec"]], work["qvec"]),
                      (["retrieve", "-i", w["index"], "-q", w["queries"], "-o",

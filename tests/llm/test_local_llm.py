@@ -233,3 +233,29 @@ def test_the_persona_field_is_asked_of_the_real_server_under_its_grammar(server,
     ok = [r for r in records.values() if r.status == "ok"]
     assert ok, [r.error for r in records.values()]
     assert all(isinstance(r.output.persona, list) for r in ok)
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_the_llm_nugget_matcher_with_the_real_server(server, tmp_path, batched):
+    """Both forms of the llm matcher against llama.cpp: its grammar (an enum of the nugget numbers when batched)
+    holds the answer to what the parser accepts, every decision is 0 or 1, and a re-run is answered from the cache."""
+    from apcir.evaluation.nugget_matchers import MatcherSettings
+    from apcir.evaluation.nugget_scores import score_runs
+    from apcir.evaluation.nuggets import NuggetSet, load_nuggets, load_response_runs
+    from apcir.llm.settings import LLMSettings
+
+    gold = load_nuggets("ikat25-test")
+    subset = NuggetSet(name="two turns", by_turn={t: gold.by_turn[t] for t in ("4-1_12", "7-1_1")})  # 4 + 1 nuggets
+    runs = {"cfda-auto-1": load_response_runs(["ikat25-runs"])["cfda-auto-1"]}
+    settings = MatcherSettings(model="smollm2", batched=batched,
+                               llm=LLMSettings(base_url=server.url, cache_dir=str(tmp_path / "cache"), max_tokens=200))
+    report = score_runs(subset, runs, "llm", settings)
+    asked = 2 if batched else 5  # one per turn, or one per nugget (repairs and a refused mode come on top)
+    assert report.matcher.requests >= asked
+    for run in report.runs.values():
+        for turn in run.per_turn.values():
+            assert all(score in (0.0, 1.0) for score in turn.scores)
+        assert 0.0 <= run.recall <= 1.0 and len(run.per_turn) + len(run.unscored) == 2
+    again = score_runs(subset, runs, "llm", settings)
+    assert again.matcher.requests == 0 and again.matcher.cache_hits > 0
+    assert {r: v.recall for r, v in again.runs.items()} == {r: v.recall for r, v in report.runs.items()}

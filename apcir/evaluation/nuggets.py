@@ -1,0 +1,211 @@
+"""Gold nuggets: short pieces of information a good response to a turn should contain (iKAT 2024 on).
+
+A nugget set is read from any of three formats, detected from the content:
+
+- **Conversational Gold** (iKAT 2024, irlabamsterdam/CONE-RAG ``gold_nuggets_*.json``), as that resource
+  describes it: ``{turn_id: {"[5]": {"text": ..., "relevance": ...}, ...}}``. The nugget id is the key
+  without its brackets; ``relevance`` is the weight and must be a number (or a numeric string).
+  apcir does not bundle this file (its licence is the resource's): pass its path.
+- **iKAT 2025** (irlabamsterdam/ikat2025 ``nuggets-nist.json``, bundled as ``ikat25-test``):
+  ``{turn_id: [{"text": ..., "docid": ...}, ...]}``. The nugget id is the 1-based position in the list,
+  the weight 1, the source the passage or PTKB statement it was extracted from.
+- **JSONL**, one nugget per line: ``{"turn_id", "nugget_id", "text", "weight"}`` (weight optional, 1).
+
+Reading validates: an empty text, a duplicate nugget id within a turn, a weight that is not a number, and
+(when the topics are given) a turn id the topics do not have each stop the read with one line naming it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from apcir.console import shown
+from apcir.errors import ApcirError
+from apcir.ids import canonical_turn_id
+from apcir.io import iter_lines, read_json
+
+
+class Nugget(BaseModel):
+    """One gold nugget of a turn."""
+
+    model_config = ConfigDict(frozen=True)
+
+    turn_id: str
+    nugget_id: str
+    text: str
+    weight: float = 1.0
+    source: str = ""
+    """Where it was extracted from (a passage id or a PTKB statement id), when the file says."""
+
+
+class NuggetSet(BaseModel):
+    """Every nugget of a file, by turn, in the file's order."""
+
+    name: str
+    by_turn: dict[str, list[Nugget]]
+
+    @property
+    def count(self) -> int:
+        return sum(len(v) for v in self.by_turn.values())
+
+
+def load_nuggets(name_or_path: str | Path, topic_turns: Iterable[str] | None = None) -> NuggetSet:
+    """A bundled nugget set by name (``ikat25-test``) or a file in one of the three formats (module doc)."""
+    from apcir.datasets import NUGGETS, nuggets_file
+
+    name = str(name_or_path)
+    path = nuggets_file(name) if name in NUGGETS else Path(name).expanduser()
+    if not path.exists():
+        raise ApcirError(f"nugget file not found (bundled sets: {', '.join(NUGGETS)})", path=path)
+    if path.suffix == ".jsonl":
+        nuggets = list(_from_jsonl(path))
+    else:
+        nuggets = list(_from_json(read_json(path, "nugget file"), path))
+    by_turn = _group(nuggets, path)
+    if not by_turn:
+        raise ApcirError("no nuggets in the file", path=path)
+    if topic_turns is not None:
+        unknown = sorted(set(by_turn) - set(topic_turns))
+        if unknown:
+            raise ApcirError(f"{len(unknown)} turn id(s) of the nuggets are not in the topics: {shown(unknown)}",
+                             path=path)
+    return NuggetSet(name=name, by_turn=by_turn)
+
+
+def _from_json(data: Any, path: Path) -> Iterable[Nugget]:
+    if not isinstance(data, dict):
+        raise ApcirError("expected a JSON object turn id -> nuggets (or a .jsonl file, one nugget a line)", path=path)
+    for turn, items in data.items():
+        turn_id = _turn(turn, path)
+        if isinstance(items, dict):  # Conversational Gold: {"[5]": {"text", "relevance"}}
+            for key, item in items.items():
+                nugget_id = str(key).strip().removeprefix("[").removesuffix("]").strip()
+                if not isinstance(item, dict):
+                    raise ApcirError(f"turn {turn_id}, nugget {key}: expected {{\"text\", \"relevance\"}}", path=path)
+                yield _nugget(turn_id, nugget_id, item.get("text"), item.get("relevance", 1), "", path)
+        elif isinstance(items, list):  # iKAT 2025: [{"text", "docid"}]
+            for position, item in enumerate(items, start=1):
+                if not isinstance(item, dict):
+                    raise ApcirError(f"turn {turn_id}, nugget #{position}: expected {{\"text\", \"docid\"}}",
+                                     path=path)
+                yield _nugget(turn_id, str(position), item.get("text"), 1, str(item.get("docid") or ""), path)
+        else:
+            raise ApcirError(f"turn {turn_id}: expected an object of nuggets or a list of them", path=path)
+
+
+def _from_jsonl(path: Path) -> Iterable[Nugget]:
+    for number, line in iter_lines(path, "nugget file"):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ApcirError(f"not JSON: {exc.msg}", path=path, line=number) from None
+        if not isinstance(row, dict) or "turn_id" not in row or "nugget_id" not in row:
+            raise ApcirError('expected {"turn_id", "nugget_id", "text", "weight"}', path=path, line=number)
+        try:
+            yield _nugget(_turn(row["turn_id"], path), str(row["nugget_id"]), row.get("text"), row.get("weight", 1),
+                          str(row.get("source") or ""), path)
+        except ApcirError as exc:
+            raise ApcirError(exc.message, path=path, line=number) from None
+
+
+def _turn(value: Any, path: Path) -> str:
+    try:
+        return canonical_turn_id(str(value))
+    except ApcirError as exc:
+        raise ApcirError(str(exc.message), path=path) from None
+
+
+def _nugget(turn_id: str, nugget_id: str, text: Any, weight: Any, source: str, path: Path) -> Nugget:
+    if not nugget_id:
+        raise ApcirError(f"turn {turn_id}: a nugget has an empty id", path=path)
+    if not isinstance(text, str) or not text.strip():
+        raise ApcirError(f"turn {turn_id}, nugget {nugget_id}: empty text", path=path)
+    try:
+        value = float(weight) if not isinstance(weight, bool) else None
+    except (TypeError, ValueError):
+        value = None
+    if value is None or value != value or value < 0:
+        raise ApcirError(f"turn {turn_id}, nugget {nugget_id}: weight {weight!r} is not a non-negative number",
+                         path=path)
+    return Nugget(turn_id=turn_id, nugget_id=nugget_id, text=text.strip(), weight=value, source=source)
+
+
+def _group(nuggets: Iterable[Nugget], path: Path) -> dict[str, list[Nugget]]:
+    by_turn: dict[str, list[Nugget]] = {}
+    seen: set[tuple[str, str]] = set()
+    for nugget in nuggets:
+        key = (nugget.turn_id, nugget.nugget_id)
+        if key in seen:
+            raise ApcirError(f"turn {nugget.turn_id}: nugget id {nugget.nugget_id} appears twice", path=path)
+        seen.add(key)
+        by_turn.setdefault(nugget.turn_id, []).append(nugget)
+    return by_turn
+
+
+def load_response_runs(sources: Iterable[str | Path]) -> dict[str, dict[str, str]]:
+    """``run -> turn -> response text`` from responses files in any of these forms (several files: many runs):
+
+    - ``apcir respond``'s JSONL (the run is named after the file; failed records are left out);
+    - iKAT 2024 participants' JSON ``{turn_id: {run: text}}`` (Conversational Gold's ``automatic_responses.json``);
+    - iKAT 2025 BERGEN JSON ``[{"q_id", "response", ...}]``, one file per run named after it;
+    - the bundled name ``ikat25-runs`` (the three 2025 runs).
+
+    Citation markers ``[n]`` are removed from apcir's responses before matching.
+    """
+    from apcir.datasets import RESPONSE_RUNS, response_run_files
+
+    runs: dict[str, dict[str, str]] = {}
+    for source in sources:
+        text = str(source)
+        paths = response_run_files(text) if text in RESPONSE_RUNS else [Path(text).expanduser()]
+        for path in paths:
+            for run, responses in _runs_of(path).items():
+                if run in runs:
+                    raise ApcirError(f"two responses files hold a run named {run!r}", path=path)
+                runs[run] = responses
+    if not runs:
+        raise ApcirError("no responses given")
+    return runs
+
+
+def _runs_of(path: Path) -> dict[str, dict[str, str]]:
+    if not path.exists():
+        raise ApcirError("responses file not found", path=path)
+    if path.suffix == ".jsonl":
+        from apcir.contract.responses import load_responses, strip_citations
+
+        records = load_responses(path)
+        return {path.stem: {t: strip_citations(r.text) for t, r in records.items() if r.status == "ok"}}
+    data = read_json(path, "responses file")
+    if isinstance(data, list):  # BERGEN: one run
+        responses: dict[str, str] = {}
+        for n, row in enumerate(data, start=1):
+            if not isinstance(row, dict) or "q_id" not in row or not isinstance(row.get("response"), str):
+                raise ApcirError(f'record #{n}: expected {{"q_id", "response", ...}}', path=path)
+            responses[_turn(row["q_id"], path)] = row["response"]
+        return {path.stem: responses}
+    if isinstance(data, dict) and all(isinstance(v, dict) for v in data.values()):  # {turn: {run: text}}
+        runs: dict[str, dict[str, str]] = {}
+        for turn, by_run in data.items():
+            for run, value in by_run.items():
+                if not isinstance(value, str):
+                    raise ApcirError(f"turn {turn}, run {run}: the response is not a string", path=path)
+                runs.setdefault(str(run), {})[_turn(turn, path)] = value
+        return runs
+    raise ApcirError("not a responses file: expected apcir's JSONL, {turn_id: {run: text}} or "
+                     '[{"q_id", "response"}]', path=path)
+
+
+def check_runs_against(runs: Mapping[str, Mapping[str, str]], nuggets: NuggetSet) -> None:
+    """Refuse runs that answer none of the nuggets' turns (wrong topics, or wrong ids)."""
+    for run, responses in runs.items():
+        if not set(responses) & set(nuggets.by_turn):
+            raise ApcirError(f"run {run!r}: none of its {len(responses)} responses is for a turn of the nuggets "
+                             f"({nuggets.name}, {len(nuggets.by_turn)} turns)")
