@@ -100,6 +100,13 @@ def respond_command(
     top_k: int = typer.Option(5, "--top-k", "-k", min=1, max=20, help="Top passages given, cited as [1]..[k]."),
     max_words: int = typer.Option(250, "--max-words", min=10, max=1000, help="Word budget of a response."),
     max_sentences: int | None = typer.Option(None, "--max-sentences", min=1, max=50, help="extractive: most sentences taken (default 5)."),
+    pathways: int | None = typer.Option(None, "--pathways", min=1, max=64,
+                                        help="pathways:MODEL: N, reasoning pathways per turn (default 4)."),
+    max_actions: int | None = typer.Option(None, "--max-actions", min=1, max=32,
+                                           help="pathways:MODEL: T, most steps of a pathway (default 8)."),
+    diversify: str | None = typer.Option(None, "--diversify",
+                                         help="pathways:MODEL: plan-temperature (default) or profile-subsets."),
+    aggregate: str | None = typer.Option(None, "--aggregate", help="pathways:MODEL: mixture (default) or best."),
     turns: list[str] = typer.Option(None, "--turns", help="Only these turn ids (repeat or comma-separate)."),
     refresh: bool = typer.Option(False, "--refresh", help="Start over: ignore the output's records and the cache."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
@@ -109,7 +116,8 @@ def respond_command(
     """One grounded response per turn from the run's top passages, citing them inline by their number (1 to k)."""
     given = llm or {}
     options = settings(RespondSettings, responder=responder, top_k=top_k, max_words=max_words,
-                       max_sentences=max_sentences, **llm_values(given))
+                       max_sentences=max_sentences, pathways=pathways, max_actions=max_actions, diversify=diversify,
+                       aggregate=aggregate, **llm_values(given))
     check_writable(out, "responses file")
     refuse_inputs_as_outputs([out], [run, topics, collection, reformulations, ptkb_run, given.get("prices"),
                                      given.get("cache_dir")])
@@ -123,6 +131,12 @@ def respond_command(
                                    needed_passages(run_file.run, selected, options.top_k))
     jobs = build_jobs(selected, records, run_file.run, texts, ptkb, options.top_k)
     summary = respond(jobs, options, out, refresh=refresh, progress=not no_progress)
+    from apcir.responses.pathways import trace_path
+
+    if trace_path(out).exists() and options.responder.startswith("pathways:"):
+        summary_trace = trace_path(out)
+        if not as_json:
+            console.print(f"pathways trace: {summary_trace}", highlight=False)
     if as_json:
         print_json(summary.model_dump())
     else:

@@ -36,6 +36,7 @@ class LLMSettings(BaseModel):
         0.0, ge=0, allow_inf_nan=False, description="sampling temperature (None: the server's default)"
     )
     max_tokens: int | None = Field(1024, ge=1, description="answer length limit in tokens (None: no limit)")
+    seed: int | None = Field(None, description="the request's sampling seed (sent and part of the cache key when set)")
     max_answer_bytes: int = Field(32_000, ge=1, description="an answer longer than this fails its item (not kept)")
     max_prompt_tokens: int | None = Field(
         None, ge=16, description="fit every prompt to this many tokens (the server's context window minus "
@@ -82,6 +83,8 @@ class LLMSettings(BaseModel):
             params["temperature"] = self.temperature
         if self.max_tokens is not None:
             params["max_tokens"] = self.max_tokens
+        if self.seed is not None:
+            params["seed"] = self.seed
         return params
 
     def client_snapshot(self, refresh: bool = False) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
+from pathlib import Path
 
 from apcir.console import warn
 from apcir.contract.responses import ResponseRecord
@@ -51,6 +52,7 @@ def produce(
     *,
     accounting: Accounting,
     refresh: bool = False,
+    trace: Path | None = None,
 ) -> str | None:
     """Ask the model for every job's response, emitting each record as soon as its answer is in."""
     model = settings.responder

@@ -71,12 +71,19 @@ RESPONDERS.add(ResponderSpec(
 RESPONDERS.add(ResponderSpec(
     "llm", "any other name: that model on an OpenAI-compatible server, one request per turn", "MODEL (gpt-4o, ...)",
     False, llm_identity, "apcir.responses.chat:produce"))
+PATHWAYS = "pathways"
+RESPONDERS.add(ResponderSpec(
+    PATHWAYS, "Pathways of Thoughts: N reasoning pathways of at most T steps per turn, then one aggregation "
+    "(2T requests per pathway at most, plus 2)", "pathways:MODEL", False, "apcir.responses.pathways:identity",
+    "apcir.responses.pathways:produce"))
 
 
 def responder_for(name: str) -> ResponderSpec:
-    """The responder ``name`` names: ``extractive``, else a model."""
+    """The responder ``name`` names: ``extractive``, ``pathways:MODEL``, else a model."""
     if name in RESPONDERS and RESPONDERS.get(name).offline:
         return RESPONDERS.get(name)
+    if name.startswith(f"{PATHWAYS}:") and name != f"{PATHWAYS}:":
+        return RESPONDERS.get(PATHWAYS)
     return RESPONDERS.get("llm")
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, field_validator, model_validator
 
 from apcir.llm.settings import LLM_FIELDS, LLMSettings, refuse_unused
@@ -21,6 +23,16 @@ class RespondSettings(LLMSettings):
         DEFAULT_MAX_WORDS, ge=10, le=1000, description="word budget of a response (whitespace words, markers included)"
     )
     max_sentences: int = Field(5, ge=1, le=50, description="extractive only: most sentences taken")
+    pathways: int = Field(4, ge=1, le=64, description="pathways:MODEL only: N, the reasoning pathways per turn")
+    max_actions: int = Field(8, ge=1, le=32, description="pathways:MODEL only: T, the most steps of a pathway")
+    diversify: Literal["plan-temperature", "profile-subsets"] = Field(
+        "plan-temperature", description="pathways:MODEL only: plan sampled at plan_temperature (other steps at 0.1), "
+        "or each pathway given a random subset of subset_ratio of the profile")
+    aggregate: Literal["mixture", "best"] = Field(
+        "mixture", description="pathways:MODEL only: merge the pathways' responses in one request, or pick one")
+    plan_temperature: float = Field(0.9, ge=0, description="pathways:MODEL only: the plan's sampling temperature")
+    subset_ratio: float = Field(0.5, gt=0, le=1, description="pathways:MODEL only: share of the profile a pathway "
+                                                             "sees with diversify = profile-subsets")
 
     @field_validator("responder")
     @classmethod
@@ -33,10 +45,15 @@ class RespondSettings(LLMSettings):
     def _only_what_is_used(self) -> RespondSettings:
         from apcir.responses.registry import responder_for
 
-        if responder_for(self.responder).offline:
-            refuse_unused(self, LLM_FIELDS, "by the extractive responder (offline, no model)")
+        spec = responder_for(self.responder)
+        pot = {"pathways", "max_actions", "diversify", "aggregate", "plan_temperature", "subset_ratio"}
+        if spec.offline:
+            refuse_unused(self, LLM_FIELDS | pot, "by the extractive responder (offline, no model)")
+        elif spec.name == "pathways":
+            refuse_unused(self, {"max_sentences"}, f"by the responder {self.responder!r} (extractive only)")
         else:
-            refuse_unused(self, {"max_sentences"}, f"by the LLM responder {self.responder!r} (extractive only)")
+            refuse_unused(self, {"max_sentences"} | pot, f"by the LLM responder {self.responder!r} (extractive only, "
+                                                         "or pathways:MODEL only)")
         return self
 
     def llm_settings(self) -> LLMSettings:

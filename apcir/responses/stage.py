@@ -104,13 +104,21 @@ def _respond(jobs: list[ResponseJob], settings: RespondSettings, out: Path, *, r
                        settings=shaping_settings(settings)) as writer:
             try:
                 if pending:
-                    final_mode = spec.call("produce", pending, settings, writer, accounting=accounting, refresh=refresh)
+                    final_mode = spec.call("produce", pending, settings, writer, accounting=accounting, refresh=refresh,
+                                           trace=_trace_path(out))
             finally:
                 summary = _summary(out, settings, jobs, done, writer, accounting, config, started, final_mode)
     finally:
         if not out.exists():  # nothing was written (a failed start): no summary of nothing either
             summary_path_for(out).unlink(missing_ok=True)
     return summary
+
+
+def _trace_path(out: Path) -> Path:
+    """Where a responder may write a trace beside the responses (``responses.pathways.jsonl``)."""
+    from apcir.responses.pathways import trace_path
+
+    return trace_path(out)
 
 
 def _config_snapshot(settings: RespondSettings, offline: bool, refresh: bool) -> dict[str, Any]:

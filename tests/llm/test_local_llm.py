@@ -259,3 +259,48 @@ def test_the_llm_nugget_matcher_with_the_real_server(server, tmp_path, batched):
     again = score_runs(subset, runs, "llm", settings)
     assert again.matcher.requests == 0 and again.matcher.cache_hits > 0
     assert {r: v.recall for r, v in again.runs.items()} == {r: v.recall for r, v in report.runs.items()}
+
+
+def test_pathways_of_thoughts_on_two_turns_with_the_real_server(server, passages, tmp_path, run_cli):
+    """PoT with N = 2, T = 4 on two first turns: the trace's four pathways obey the rules, the answers' citations
+    resolve, a re-run sends no request, and N = 3 sends only the third pathways' requests and the aggregations."""
+    from apcir.contract.responses import load_responses
+    from apcir.responses.pathway_prompts import allowed_actions
+
+    two = ",".join(FIRST.split(",")[:2])
+    cache = tmp_path / "cache"
+
+    def respond(out, n):
+        args = ["respond", str(passages), "-t", "ikat23-test", "--turns", two, "--collection", "ikat23-provenance",
+                "--responder", "pathways:smollm2", "--pathways", str(n), "--max-actions", "4", "--base-url",
+                server.url, "--top-k", "3", "--max-words", "60", "--max-tokens", "160", "--cache-dir", str(cache),
+                "-o", str(out), "--no-progress", "--json"]
+        code, stdout, err = run_cli(*args)
+        assert code in (0, 1), err  # 1: a turn whose pathways all failed (counted), never a crash
+        return json.loads(stdout)
+
+    first = respond(tmp_path / "two.jsonl", 2)
+    trace = [json.loads(line) for line in (tmp_path / "two.pathways.jsonl").read_text().splitlines()]
+    pathways = [line for line in trace if "pathway" in line]
+    assert len(pathways) == 4 and {p["pathway"] for p in pathways} == {0, 1}
+    for p in pathways:
+        actions = p["actions"]
+        assert actions[0] == "plan" and len(actions) <= 4
+        answered = False
+        for step, action in enumerate(actions):
+            assert action in allowed_actions(step, 4, answered), p
+            answered = answered or action in ("answer", "revise", "finalize")
+        assert not p["finalized"] or actions[-1] == "finalize"
+    for record in load_responses(tmp_path / "two.jsonl").values():
+        if record.status == "ok":
+            assert record.citations and set(record.citations) <= set(record.passages)
+    assert _requests(first) > 0
+    again = respond(tmp_path / "again.jsonl", 2)
+    assert _requests(again) == 0
+    third = respond(tmp_path / "three.jsonl", 3)
+    newer = [json.loads(line) for line in (tmp_path / "three.pathways.jsonl").read_text().splitlines()]
+    kept = {(p["turn_id"], p["pathway"]): p["actions"] for p in newer if "pathway" in p and p["pathway"] < 2}
+    assert kept == {(p["turn_id"], p["pathway"]): p["actions"] for p in pathways}  # pathways 0 and 1 reused
+    added = [p for p in newer if p.get("pathway") == 2]
+    # at most two requests per step of each third pathway, plus the aspects and the mixture per turn
+    assert 0 < _requests(third) <= sum(2 * len(p["actions"]) + 2 for p in added) + 2 * 2 + 2
