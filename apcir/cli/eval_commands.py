@@ -152,7 +152,8 @@ def evaluate_responses_command(
     responses: list[str] = typer.Argument(
         ..., help="Responses: apcir respond's JSONL; with --nuggets also several files, {turn_id: {run: text}} "
                   "(iKAT 2024), BERGEN [{q_id, response}] files (iKAT 2025) or ikat25-runs (bundled)."),
-    topics: str = typer.Option(..., "--topics", "-t", help="Topics with the canonical responses (name or file)."),
+    topics: str = typer.Option(..., "--topics", "-t", help="Topics with the canonical responses (name or file; "
+                                                          "lampqa:FILE: judged on its rubric aspects)."),
     qrels: str | None = typer.Option(None, "--qrels", "-q", help="Passage qrels: citation precision (name or file)."),
     levels: Path | None = typer.Option(
         None, "--levels", help="Levels per turn (reformulations JSONL or turn_id<TAB>level): a per-level breakdown."
@@ -195,7 +196,7 @@ def evaluate_responses_command(
         records, datasets.topics(topics), topics=topics, qrels=datasets.qrels(qrels) if qrels else None,
         qrels_name=qrels, rel_threshold=rel_threshold, levels=datasets.levels(levels) if levels else None,
         judge_model=judge_settings.model, judge_settings=judge_settings,
-        references=datasets.reference_responses(topics),
+        references=datasets.reference_responses(topics), aspects=datasets.given_aspects(topics),
     )
     if out is not None:
         write_text(out, metrics.model_dump_json(indent=1))

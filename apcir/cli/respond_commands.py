@@ -86,10 +86,12 @@ def rank_ptkb_command(
 
 @llm_options()
 def respond_command(
-    run: Path = typer.Argument(..., help="TREC run (the final, fused run): its top passages are cited."),
-    topics: str = typer.Option(..., "--topics", "-t", help="Bundled topics or a topic file."),
+    run: Path | None = typer.Argument(None, help="TREC run (the final, fused run): its top passages are cited. "
+                                                 "None (LaMP-QA, no retrieval): answers without passages or citations."),
+    topics: str = typer.Option(..., "--topics", "-t", help="Bundled topics, a topic file, or lampqa:FILE."),
     out: Path = typer.Option(..., "--out", "-o", help="Responses JSONL (appended; a re-run resumes)."),
-    collection: str = typer.Option(..., "--collection", help="Collection name or JSONL with the passage texts."),
+    collection: str | None = typer.Option(None, "--collection",
+                                          help="Collection name or JSONL with the passage texts (with a run)."),
     reformulations: Path | None = typer.Option(
         None, "--reformulations", "-r", help="Reformulations JSONL: level, personalised rewrite, ptkb_used."
     ),
@@ -100,6 +102,10 @@ def respond_command(
     top_k: int = typer.Option(5, "--top-k", "-k", min=1, max=20, help="Top passages given, cited as [1]..[k]."),
     max_words: int = typer.Option(250, "--max-words", min=10, max=1000, help="Word budget of a response."),
     max_sentences: int | None = typer.Option(None, "--max-sentences", min=1, max=50, help="extractive: most sentences taken (default 5)."),
+    personalisation: str | None = typer.Option(
+        None, "--personalisation", help="a model: in-context (default), none (profile withheld) or cot."),
+    best_of: int | None = typer.Option(None, "--best-of", min=1, max=64,
+                                       help="a model: N samples per turn, aggregated (--aggregate)."),
     pathways: int | None = typer.Option(None, "--pathways", min=1, max=64,
                                         help="pathways:MODEL: N, reasoning pathways per turn (default 4)."),
     max_actions: int | None = typer.Option(None, "--max-actions", min=1, max=32,
@@ -116,20 +122,25 @@ def respond_command(
     """One grounded response per turn from the run's top passages, citing them inline by their number (1 to k)."""
     given = llm or {}
     options = settings(RespondSettings, responder=responder, top_k=top_k, max_words=max_words,
-                       max_sentences=max_sentences, pathways=pathways, max_actions=max_actions, diversify=diversify,
+                       max_sentences=max_sentences, personalisation=personalisation, best_of=best_of,
+                       pathways=pathways, max_actions=max_actions, diversify=diversify,
                        aggregate=aggregate, **llm_values(given))
     check_writable(out, "responses file")
     refuse_inputs_as_outputs([out], [run, topics, collection, reformulations, ptkb_run, given.get("prices"),
                                      given.get("cache_dir")])
     selected = datasets.select_turns(topics, turns)
-    run_file = read_run_file(run)
-    check_run_turns(run_file.run, selected)
+    if run is not None and collection is None:
+        raise ApcirError("--collection: needed with a run (the texts of the passages cited)")
+    run_file = read_run_file(run) if run is not None else None
+    if run_file is not None:
+        check_run_turns(run_file.run, selected)
     records = load_reformulations(reformulations) if reformulations else {}
     warn_unknown_statements(selected, reformulation_statements(records), str(reformulations))
     ptkb = load_ptkb_run(ptkb_run, selected) if ptkb_run else rank_statements(selected, records, bm25_similarity())
-    texts = datasets.passage_texts(datasets.collection_path(collection),
-                                   needed_passages(run_file.run, selected, options.top_k))
-    jobs = build_jobs(selected, records, run_file.run, texts, ptkb, options.top_k)
+    texts = (datasets.passage_texts(datasets.collection_path(collection),
+                                    needed_passages(run_file.run, selected, options.top_k))
+             if run_file is not None and collection is not None else {})
+    jobs = build_jobs(selected, records, run_file.run if run_file is not None else None, texts, ptkb, options.top_k)
     summary = respond(jobs, options, out, refresh=refresh, progress=not no_progress)
     from apcir.responses.pathways import trace_path
 

@@ -31,7 +31,11 @@ from apcir.io import read_json
 
 def topics(name_or_path: str | Path) -> list[Turn]:
     """Turns of a bundled topic set (``ikat23-test``), of an ir_datasets id (``trec-ikat/2023/judged``) or of a
-    topic file."""
+    topic file; ``lampqa:FILE``: the questions of a LaMP-QA file (:mod:`apcir.datasets.lampqa`)."""
+    from apcir.datasets.lampqa import PREFIX, load_lampqa
+
+    if str(name_or_path).startswith(PREFIX):
+        return load_lampqa(name_or_path)
     turns = load_topics(topics_path(name_or_path))
     entry = IR_DATASETS.get(str(name_or_path).removeprefix("irds:"))
     if entry is not None and entry.judged_only and entry.qrels:
@@ -56,10 +60,19 @@ def levels(spec: str | Path) -> dict[str, str]:
     return load_levels(spec)
 
 
+def given_aspects(name_or_path: str | Path) -> dict[str, list[str]] | None:
+    """The aspects a judge scores each turn by, when the topic set gives them (LaMP-QA's rubric aspects)."""
+    from apcir.datasets.lampqa import PREFIX, rubric_aspects
+
+    return rubric_aspects(name_or_path) if str(name_or_path).startswith(PREFIX) else None
+
+
 def reference_responses(name_or_path: str | Path) -> dict[str, str]:
     """The canonical response of each turn, as ROUGE-L compares with: the topics' ``response``, replaced by the
     NIST assessors' gold response where one is bundled (``ikat25-test``: 45 turns)."""
     references = {t.turn_id: t.response for t in topics(name_or_path)}
+    if str(name_or_path).startswith("lampqa:"):
+        return references
     name = str(name_or_path)
     if name in REFERENCES:
         gold = read_json(references_file(name), "gold responses")

@@ -63,6 +63,23 @@ def _nuggets(metrics: Any, turn: str) -> list[list[Any]]:
 _nugget_sets: dict[str, Any] = {}
 
 
+def _pathways(path: Path) -> dict[str, list[list[Any]]]:
+    """The Pathways of Thoughts trace by turn: [pathway, actions, finalized, response or stop reason]."""
+    if not path.exists():
+        return {}
+    by_turn: dict[str, list[list[Any]]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a torn last line of a killed run
+        if isinstance(row, dict) and "pathway" in row:
+            by_turn.setdefault(str(row.get("turn_id")), []).append(
+                [row["pathway"], row.get("actions", []), bool(row.get("finalized")),
+                 row.get("response") or f"(no answer: {row.get('stopped')})"])
+    return by_turn
+
+
 def _texts(run_dir: Path, config: dict[str, Any], ids: Iterable[str]) -> dict[str, str]:
     from apcir.retrieval.settings import RetrievalSettings
     from apcir.retrieval.stage import passage_texts_for
@@ -110,12 +127,13 @@ def gather(run_dirs: list[Path]) -> dict[str, Any]:
             if (run_dir / "systems").is_dir() else {}
         fused = load_run(run_dir / "fused.run") if (run_dir / "fused.run").exists() else systems.get("apcir", {})
         responses = load_responses(run_dir / "responses.jsonl") if (run_dir / "responses.jsonl").exists() else {}
+        pathways = _pathways(run_dir / "responses.pathways.jsonl")
         measures = metrics.measures if metrics is not None else []
         runs.append({"name": name, "dir": str(run_dir), "measures": measures,
                      "systems": [s for s in systems if metrics is None or s in metrics.systems] or list(systems),
                      "labels": {s: r.label for s, r in metrics.systems.items()} if metrics else {}})
         per_run.append({"config": config, "records": records, "lists": lists, "systems": systems, "fused": fused,
-                        "responses": responses, "metrics": metrics, "dir": run_dir})
+                        "responses": responses, "metrics": metrics, "dir": run_dir, "pathways": pathways})
     shown: set[int] = set()
     turns_out = []
     for turn in order:
@@ -149,6 +167,7 @@ def gather(run_dirs: list[Path]) -> dict[str, Any]:
                                     "ptkb_used": list(answer.ptkb_used)}
                 shown.update(view["response"]["passages"])
                 view["nuggets"] = _nuggets(data["metrics"], turn.turn_id)
+                view["pathways"] = data["pathways"].get(turn.turn_id, [])
             for hits in [view["fused"], *view["reranked"].values(), *view["lists"].values()]:
                 shown.update(index for index, _ in hits)
             entry["runs"][run["name"]] = view

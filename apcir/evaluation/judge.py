@@ -14,7 +14,7 @@ listed, never scored 0.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -65,6 +65,38 @@ def messages(turn: Turn, response: ResponseRecord) -> list[dict[str, str]]:
         f"Assistant's answer: {strip_citations(response.text)}",
     ])
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+
+
+GIVEN_SYSTEM = (
+    "You grade the answer an assistant gave a user against the aspects this user expects an answer to address. "
+    "Score each aspect, in the order given: 2 = fully addressed, 1 = partly or vaguely, 0 = not addressed or "
+    "wrong. Judge content only, not style or length.\n"
+    'Reply with a JSON object only: {"scores": [<one score, 0, 1 or 2, per aspect, in order>]}'
+)
+
+
+def given_messages(turn: Turn, response: ResponseRecord, aspects: Sequence[str]) -> list[dict[str, str]]:
+    """The judge's request when the dataset gives the aspects (LaMP-QA): score each one 0-2."""
+    listed = "\n".join(f"{i}. {a}" for i, a in enumerate(aspects, start=1))
+    user = f"User's question: {turn.utterance}\n\nAspects:\n{listed}\n\nAssistant's answer: {strip_citations(response.text)}"
+    return [{"role": "system", "content": GIVEN_SYSTEM}, {"role": "user", "content": user}]
+
+
+def given_schema(count: int) -> dict[str, Any]:
+    return {"type": "object", "additionalProperties": False, "required": ["scores"],
+            "properties": {"scores": {"type": "array", "minItems": count, "maxItems": count,
+                                      "items": {"type": "integer", "enum": [0, 1, 2]}}}}
+
+
+def parse_given(raw: str, aspects: Sequence[str]) -> Judgement:
+    """Scores of the given aspects, one each, in order; raises :class:`InvalidAnswer` otherwise."""
+    data = extract_json(raw)
+    scores = data.get("scores") if isinstance(data, dict) else None
+    if not isinstance(scores, list) or len(scores) != len(aspects):
+        raise InvalidAnswer(f'expected {{"scores": [...]}} with {len(aspects)} scores, one per aspect')
+    if not all(isinstance(x, int) and not isinstance(x, bool) and x in (0, 1, 2) for x in scores):
+        raise InvalidAnswer(f"every score is 0, 1 or 2; got {scores}")
+    return Judgement(aspects=[(a, int(x)) for a, x in zip(aspects, scores)])
 
 
 def output_schema() -> dict[str, Any]:
@@ -122,12 +154,21 @@ class JudgeRun:
     accounting: Accounting
 
 
-def judge_all(pairs: Sequence[tuple[Turn, ResponseRecord]], model: str, settings: LLMSettings) -> JudgeRun:
-    """Judge every (turn, response) pair, one request each (cached)."""
+def judge_all(pairs: Sequence[tuple[Turn, ResponseRecord]], model: str, settings: LLMSettings,
+              aspects: Mapping[str, Sequence[str]] | None = None) -> JudgeRun:
+    """Judge every (turn, response) pair, one request each (cached). A turn with ``aspects`` given (LaMP-QA's
+    rubric) is scored on those, 0-2 each, normalised by 2 and averaged (LaMP-QA section 3.2)."""
     accounting = Accounting(settings.price_table())
     result = JudgeRun(model, {}, {}, accounting)
     asks = []
     for turn, response in pairs:
+        given = (aspects or {}).get(turn.turn_id)
+        if given:
+            first = given_messages(turn, response, given)
+            asks.append(Ask(key=turn.turn_id, messages=first, parse=partial(parse_given, aspects=list(given)),
+                            repair=partial(_repair, first), schema=given_schema(len(given)),
+                            schema_name="apcir_judgement_given"))
+            continue
         first = messages(turn, response)
         asks.append(Ask(key=turn.turn_id, messages=first, parse=parse_judgement, repair=partial(_repair, first),
                         schema=output_schema(), schema_name=SCHEMA_NAME, grammar=grammar_schema()))

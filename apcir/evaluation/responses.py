@@ -98,6 +98,7 @@ def evaluate_responses(
     nuggets: NuggetSet | None = None,
     matcher: str = "embedding",
     matcher_settings: MatcherSettings | None = None,
+    aspects: Mapping[str, Sequence[str]] | None = None,
 ) -> ResponseMetrics:
     """The response measures of ``responses`` for the topic turns ``turns`` (see the module docstring).
 
@@ -122,6 +123,7 @@ def evaluate_responses(
     with_reference = [t for t in ok if t.response.strip()]
     if not any(t.response.strip() for t in turns):
         notes.append(f"ROUGE-L skipped: the topics ({topics}) have no canonical responses")
+        with_reference = []
     else:
         if len(with_reference) < len(ok):
             notes.append(f"ROUGE-L: {len(ok) - len(with_reference)} turn(s) without a canonical response skipped")
@@ -148,10 +150,14 @@ def evaluate_responses(
     # judge
     info = None
     if judge_model is not None:
-        pairs = [(t, responses[t.turn_id]) for t in with_reference]
+        given = aspects or {}
+        pairs = [(t, responses[t.turn_id]) for t in ok if t.response.strip() or t.turn_id in given]
         if not pairs:
-            notes.append("judge skipped: no response has a canonical response to compare with")
-        run = judge_all(pairs, judge_model, judge_settings or LLMSettings())
+            notes.append("judge skipped: no response has a canonical response or given aspects to judge by")
+        elif given:
+            notes.append(f"judge: {sum(1 for t, _ in pairs if t.turn_id in given)} turn(s) scored on the "
+                         "aspects the dataset gives (0-2 each, normalised by 2, averaged)")
+        run = judge_all(pairs, judge_model, judge_settings or LLMSettings(), given or None)
         for turn_id, judgement in run.judgements.items():
             per_turn[turn_id][JUDGE] = judgement.score
         usage = run.accounting.summary()

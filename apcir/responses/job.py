@@ -28,6 +28,10 @@ class ResponseJob:
     passages: list[tuple[str, str]]
     """The top passages (id, text), given to the responder as [1]..[k]; a text may be empty."""
     notes: list[str] = field(default_factory=list)
+    neutral_rewrite: str = ""
+    """The non-personalised rewrite q' (what a responder without the profile is given)."""
+    retrieval: bool = True
+    """False when there is no retrieval at all (LaMP-QA): no passages, an answer without citations."""
 
     @property
     def passage_ids(self) -> list[str]:
@@ -37,7 +41,7 @@ class ResponseJob:
 def build_jobs(
     turns: Sequence[Turn],
     records: Mapping[str, ReformulationRecord],
-    run: Run,
+    run: Run | None,
     passages: Mapping[str, str],
     ptkb: PtkbRanking,
     top_k: int,
@@ -49,12 +53,14 @@ def build_jobs(
         level = record.output.level if record is not None and record.output is not None else "a"
         ranked = [sid for sid, _ in ptkb.get(turn.turn_id, [])]
         ranked += [sid for sid in turn.ptkb if sid not in ranked]  # a ranking that lacks some: profile order after
-        top = ranking(run.get(turn.turn_id, {}), top_k)
+        top = ranking(run.get(turn.turn_id, {}), top_k) if run is not None else []
         jobs.append(ResponseJob(
             turn=turn, level=level, rewrite=personalised_rewrite(turn, record),
             statements=[(sid, turn.ptkb[sid]) for sid in ranked if sid in turn.ptkb],
             used=statements_used(turn, record),
             passages=[(pid, passages.get(pid, "").strip()) for pid, _ in top],
+            neutral_rewrite=record.output.rewrite if record is not None and record.output is not None else "",
+            retrieval=run is not None,
         ))
     return jobs
 
@@ -83,7 +89,10 @@ def failed_record(job: ResponseJob, responder: str, error: str) -> ResponseRecor
 
 
 def unusable(job: ResponseJob) -> str | None:
-    """Why no response can be written for ``job`` (no passage, or none with text), else None."""
+    """Why no response can be written for ``job`` (no passage, or none with text), else None. Without retrieval
+    (LaMP-QA) the answer needs no passage."""
+    if not job.retrieval:
+        return None
     if not job.passages:
         return "the run has no passage for this turn: nothing to answer from"
     if not any(text for _, text in job.passages):

@@ -255,13 +255,16 @@ def aggregate(job: ResponseJob, pathways: Sequence[Pathway], settings: RespondSe
     return result
 
 
-def _record(job: ResponseJob, settings: RespondSettings, pathways: Sequence[Pathway], final: Aggregate) -> ResponseRecord:
+def finished_record(job: ResponseJob, settings: RespondSettings, pathways: Sequence[Pathway],
+                    final: Aggregate) -> ResponseRecord:
+    """The turn's record from its pathways (or samples) and their aggregate; failed when there is no answer."""
     usage = Usage(requests=final.usage.requests + sum(p.usage.requests for p in pathways),
                   input_tokens=final.usage.input_tokens + sum(p.usage.input_tokens for p in pathways),
                   output_tokens=final.usage.output_tokens + sum(p.usage.output_tokens for p in pathways))
     seconds = round(final.seconds + sum(p.seconds for p in pathways), 3)
     without = sum(1 for p in pathways if p.response is None)
-    notes = [f"{without} of {len(pathways)} pathway(s) gave no answer"] if without else []
+    what = "sample" if pathways and pathways[0].actions == ["sample"] else "pathway"
+    notes = [f"{without} of {len(pathways)} {what}(s) gave no answer"] if without else []
     if final.response is None:
         record = failed_record(job, settings.responder, str(final.error))
         return record.model_copy(update={"usage": usage, "seconds": seconds, "notes": [*record.notes, *notes]})
@@ -323,7 +326,7 @@ def produce(
                     for line in _trace_lines(job, done[turn], final, asker.by_turn.get(turn, {})):
                         handle.write(json.dumps(line, ensure_ascii=False) + "\n")
                     handle.flush()
-                emit(_record(job, settings, done[turn], final))
+                emit(finished_record(job, settings, done[turn], final))
     finally:
         if handle is not None:
             handle.close()

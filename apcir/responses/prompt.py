@@ -64,9 +64,10 @@ def user_message(job: ResponseJob) -> str:
         f"Current utterance: {turn.utterance}",
         f"Stand-alone personalised rewrite: {job.rewrite}",
         f"Personalisation level: {LEVELS.get(job.level, job.level)}",
-        "",
-        "Passages:",
     ]
+    if not job.retrieval:
+        return "\n".join(parts)
+    parts += ["", "Passages:"]
     parts += [f"[{n}] {text or '(no text available)'}" for n, (_, text) in enumerate(job.passages, start=1)]
     return "\n".join(parts)
 
@@ -82,39 +83,74 @@ class ResponsePrompt:
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def build_prompt(job: ResponseJob, max_words: int) -> ResponsePrompt:
+PERSONALISATION = ("in-context", "none", "cot")
+"""How the llm responder uses the profile: in context (the default), withheld (the no-personalisation baseline),
+or in context with chain of thought (reason over the profile about the important aspects first, same request)."""
+COT_RULE = ("\n- Before answering, reason briefly over the user's profile: which statements and aspects matter for "
+            "this question. Put that reasoning in \"reasoning\" and the answer in \"response\".")
+
+
+def without_profile(job: ResponseJob) -> ResponseJob:
+    """The job as the no-personalisation baseline sees it: no profile, the non-personalised rewrite."""
+    from dataclasses import replace
+
+    return replace(job, statements=[], rewrite=job.neutral_rewrite or job.turn.utterance, level="a")
+
+
+NO_PASSAGES = ("Answer the user's question for this user from what you know (no passages are given), without "
+               "citations.")
+
+
+def build_prompt(job: ResponseJob, max_words: int, personalisation: str = "in-context") -> ResponsePrompt:
+    system = system_message(max_words)
+    if not job.retrieval:
+        system = system.replace(system[:system.index("\n\nRules:")], "You are a conversational assistant. "
+                                + NO_PASSAGES, 1)
+        system = system.replace(
+            "- Ground every statement in the passages and cite them inline with their numbers in square brackets, "
+            "e.g. [1] or [2][4], right after what they support. Cite only numbers that were given; cite at least one "
+            "passage.\n", "").replace("<the answer with inline citations>", "<the answer>").replace(
+            " (citations count as words)", "")
+    if personalisation == "cot":
+        system = system.replace("\n\nReply with a JSON object only: {", COT_RULE + "\n\nReply with a JSON object only: "
+                                "{\"reasoning\": \"<your reasoning>\", ", 1)
+    shown = without_profile(job) if personalisation == "none" else job
     return ResponsePrompt(job.turn.turn_id, [
-        {"role": "system", "content": system_message(max_words)},
-        {"role": "user", "content": user_message(job)},
+        {"role": "system", "content": system},
+        {"role": "user", "content": user_message(shown)},
     ])
 
 
-def output_schema() -> dict[str, Any]:
-    """JSON schema of the answer (strict-mode compatible)."""
-    return {
-        "type": "object",
-        "properties": {"response": {"type": "string"}, "ptkb_used": {"type": "array", "items": {"type": "string"}}},
-        "required": ["response", "ptkb_used"],
-        "additionalProperties": False,
-    }
+def output_schema(cot: bool = False) -> dict[str, Any]:
+    """JSON schema of the answer (strict-mode compatible); with chain of thought, a ``reasoning`` first."""
+    properties: dict[str, Any] = {"reasoning": {"type": "string"}} if cot else {}
+    properties |= {"response": {"type": "string"}, "ptkb_used": {"type": "array", "items": {"type": "string"}}}
+    return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
 
 
 GRAMMAR_SENTENCES = 5
 
 
-def grammar_schema(job: ResponseJob, max_words: int) -> dict[str, Any]:
+def grammar_schema(job: ResponseJob, max_words: int, cot: bool = False) -> dict[str, Any]:
     """:func:`output_schema` with what constrained decoding (llama.cpp) can enforce beyond strict mode: a response
     of sentences that each end with a citation [n] of a given passage (and hold no other bracket), at most
     :data:`GRAMMAR_SENTENCES` of them, and statement ids of the profile only. A small model that would ramble
     past ``max_tokens`` without citing anything is made to cite at its first full stop."""
+    if not job.retrieval:  # no passages: plain sentences, no citation
+        schema = output_schema(cot)
+        word = '[^\\[\\]"\\\\\\n\\r\\t.!? ]+'
+        schema["properties"]["response"] = {"type": "string", "pattern": f"^(({word} ){{0,39}}{word}[.!?] ?){{1,5}}$"}
+        return schema
     numbers = "|".join(str(n) for n in range(1, len(job.passages) + 1)) or "1"
     cite = f"\\[({numbers})\\]"
     word = '[^\\[\\]"\\\\\\n\\r\\t.!? ]+'  # no bracket but a citation's, nothing JSON must escape, no stop
     sentences = max(1, min(GRAMMAR_SENTENCES, max_words // 20))
     per_sentence = max(1, max_words // sentences - 2)  # its words, and its citation, within the word budget
     pattern = f"^(({word} ){{0,{per_sentence - 1}}}{word}[.!?] ?{cite} ?){{1,{sentences}}}$"
-    schema = output_schema()
+    schema = output_schema(cot)
     schema["properties"]["response"] = {"type": "string", "pattern": pattern}
+    if cot:  # a short reasoning, so that a small model reaches the answer within max_tokens
+        schema["properties"]["reasoning"] = {"type": "string", "pattern": f"^({word} ){{0,29}}{word}$"}
     if job.turn.ptkb:
         schema["properties"]["ptkb_used"] = {"type": "array", "items": {"type": "string", "enum": sorted(job.turn.ptkb)},
                                              "maxItems": len(job.turn.ptkb)}
@@ -147,7 +183,10 @@ def parse_answer(raw: str, job: ResponseJob, max_words: int) -> ParsedResponse:
     if outside:
         problems.append(f"citation(s) {', '.join(f'[{n}]' for n in outside)} point at no passage "
                         f"(only [1]..[{len(job.passages)}] were given)")
-    if not numbers:
+    if not job.retrieval:
+        if numbers:
+            problems.append("no passages were given: the response must not cite any")
+    elif not numbers:
         problems.append("the response cites no passage")
     words = count_words(text)
     if words > max_words:

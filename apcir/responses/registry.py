@@ -37,6 +37,9 @@ class ResponderSpec:
     offline: bool
     identity: str | Callable[..., dict[str, Any]]
     produce: str | Callable[..., str | None]
+    settings: frozenset[str] = frozenset()
+    """The ``[respond]`` keys of its own it reads (beyond ``top_k``, ``max_words`` and, for a model, the client's);
+    the others are refused with it."""
 
     def call(self, which: str, *args: Any, **kwargs: Any) -> Any:
         target = getattr(self, which)
@@ -58,24 +61,35 @@ def llm_identity(settings: RespondSettings) -> dict[str, Any]:
     """What is sent: the prompt code, the model and the generation parameters (the cache key's parts)."""
     from apcir.llm.settings import public_url
 
-    return {"code": code_digest("prompt.py", "chat.py", "job.py", "text.py"), "params": settings.params(),
+    files = ["prompt.py", "chat.py", "job.py", "text.py"] + (["pathways.py", "pathway_prompts.py"]
+                                                             if settings.best_of > 1 else [])
+    return {"code": code_digest(*files), "params": settings.params(),
             "structured": settings.structured, "base_url": public_url(settings.resolved_base_url()),
             "max_prompt_tokens": settings.max_prompt_tokens,
-            **settings.model_dump(include={"top_k", "max_words"})}
+            **settings.model_dump(include={"top_k", "max_words", "personalisation", "best_of"}),
+            **(settings.model_dump(include={"aggregate", "sample_temperature"}) if settings.best_of > 1 else {})}
 
 
 RESPONDERS: Registry[ResponderSpec] = Registry("responder")
 RESPONDERS.add(ResponderSpec(
     EXTRACTIVE, "offline baseline, not an LLM: the top passages' sentences most similar to the rewrite, each cited",
-    EXTRACTIVE, True, "apcir.responses.extractive:identity", "apcir.responses.extractive:produce"))
+    EXTRACTIVE, True, "apcir.responses.extractive:identity", "apcir.responses.extractive:produce",
+    frozenset({"max_sentences"})))
 RESPONDERS.add(ResponderSpec(
     "llm", "any other name: that model on an OpenAI-compatible server, one request per turn", "MODEL (gpt-4o, ...)",
-    False, llm_identity, "apcir.responses.chat:produce"))
+    False, llm_identity, "apcir.responses.chat:produce",
+    frozenset({"personalisation", "best_of", "sample_temperature", "aggregate"})))
 PATHWAYS = "pathways"
 RESPONDERS.add(ResponderSpec(
     PATHWAYS, "Pathways of Thoughts: N reasoning pathways of at most T steps per turn, then one aggregation "
     "(2T requests per pathway at most, plus 2)", "pathways:MODEL", False, "apcir.responses.pathways:identity",
-    "apcir.responses.pathways:produce"))
+    "apcir.responses.pathways:produce",
+    frozenset({"pathways", "max_actions", "diversify", "aggregate", "plan_temperature", "subset_ratio"})))
+
+
+def responder_settings() -> frozenset[str]:
+    """Every responder's own keys (each responder refuses the others')."""
+    return frozenset().union(*(spec.settings for spec in RESPONDERS))
 
 
 def responder_for(name: str) -> ResponderSpec:

@@ -23,6 +23,12 @@ class RespondSettings(LLMSettings):
         DEFAULT_MAX_WORDS, ge=10, le=1000, description="word budget of a response (whitespace words, markers included)"
     )
     max_sentences: int = Field(5, ge=1, le=50, description="extractive only: most sentences taken")
+    personalisation: Literal["in-context", "none", "cot"] = Field(
+        "in-context", description="a model's use of the profile: in-context, none (withheld: the no-personalisation "
+        "baseline) or cot (in context, reasoning over it first in the same request)")
+    best_of: int = Field(1, ge=1, le=64, description="a model only: N samples per turn (seeded, at temperature "
+                                                     "sample_temperature), aggregated as pathways:MODEL aggregates")
+    sample_temperature: float = Field(0.7, ge=0, description="best_of > 1: the samples' temperature")
     pathways: int = Field(4, ge=1, le=64, description="pathways:MODEL only: N, the reasoning pathways per turn")
     max_actions: int = Field(8, ge=1, le=32, description="pathways:MODEL only: T, the most steps of a pathway")
     diversify: Literal["plan-temperature", "profile-subsets"] = Field(
@@ -43,17 +49,18 @@ class RespondSettings(LLMSettings):
 
     @model_validator(mode="after")
     def _only_what_is_used(self) -> RespondSettings:
-        from apcir.responses.registry import responder_for
+        from apcir.responses.registry import responder_for, responder_settings
 
         spec = responder_for(self.responder)
-        pot = {"pathways", "max_actions", "diversify", "aggregate", "plan_temperature", "subset_ratio"}
+        others = responder_settings() - spec.settings
         if spec.offline:
-            refuse_unused(self, LLM_FIELDS | pot, "by the extractive responder (offline, no model)")
-        elif spec.name == "pathways":
-            refuse_unused(self, {"max_sentences"}, f"by the responder {self.responder!r} (extractive only)")
+            refuse_unused(self, LLM_FIELDS | others, f"by the {spec.name} responder (offline, no model)")
         else:
-            refuse_unused(self, {"max_sentences"} | pot, f"by the LLM responder {self.responder!r} (extractive only, "
-                                                         "or pathways:MODEL only)")
+            refuse_unused(self, others, f"by the responder {self.responder!r} ({spec.usage} reads "
+                                        f"{', '.join(sorted(spec.settings)) or 'none of them'})")
+        if "best_of" in spec.settings and self.best_of == 1:
+            refuse_unused(self, {"aggregate", "sample_temperature"}, "with best_of = 1 (one sample, nothing to "
+                                                                     "aggregate)")
         return self
 
     def llm_settings(self) -> LLMSettings:

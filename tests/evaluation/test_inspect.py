@@ -134,3 +134,24 @@ def test_comparing_two_runs_in_a_real_browser(two_runs, tmp_path, run_cli):
         driver.save_screenshot(str(tmp_path / "compare.png"))
     finally:
         driver.quit()
+
+
+def test_the_page_shows_a_turns_pathways(two_runs, tmp_path):
+    """A run directory with a Pathways of Thoughts trace beside its responses: each turn's pathways are in the page."""
+    from apcir.evaluation.inspector import gather
+
+    run_dir = two_runs[0]
+    first = json.loads((run_dir / "responses.jsonl").read_text().splitlines()[0])["turn_id"]
+    trace = run_dir / "responses.pathways.jsonl"
+    trace.write_text(json.dumps({"turn_id": first, "pathway": 0, "actions": ["plan", "answer", "finalize"],
+                                 "finalized": True, "response": "An answer [1].", "stopped": None}) + "\n"
+                     + json.dumps({"turn_id": first, "pathway": 1, "actions": ["plan"], "finalized": False,
+                                   "response": None, "stopped": "step 2: no allowed action"}) + "\n"
+                     + json.dumps({"turn_id": first, "aspects": ["x"], "method": "mixture", "usage": {}}) + "\n")
+    try:
+        data = gather([run_dir])
+    finally:
+        trace.unlink()
+    view = next(t for t in data["turns"] if t["id"] == first)["runs"][data["runs"][0]["name"]]
+    assert view["pathways"] == [[0, ["plan", "answer", "finalize"], True, "An answer [1]."],
+                                [1, ["plan"], False, "(no answer: step 2: no allowed action)"]]

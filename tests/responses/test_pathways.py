@@ -49,7 +49,8 @@ def scripted(choices: dict[int, list[str]], *, fail_answers: set[int] = frozense
             return json.dumps({"response": "Lentils [1], tofu [2].", "ptkb_used": []})
         if text.startswith("Perform personalize"):
             return json.dumps({"text": "she is vegetarian", "statements": [STATEMENT]})
-        if any(text.startswith(f"Perform {a}") for a in ("answer", "revise", "finalize")) or "could not be used" in text:
+        if any(text.startswith(f"Perform {a}") for a in ("answer", "revise", "finalize")) or "could not be used" in text \
+                or text.startswith("Profile statements"):
             if seed in fail_answers:
                 return json.dumps({"response": "Eat lentils [7].", "ptkb_used": []})
             return json.dumps(ANSWER)
@@ -158,3 +159,40 @@ def test_pathways_of_many_turns_run_concurrently(tmp_path):
 def test_pathway_settings_are_refused_for_other_responders(option):
     with pytest.raises(ValueError, match="not used|pathways:MODEL"):
         RespondSettings(responder="gpt-4o", **option)
+
+
+# ---- the paper's baselines, as settings of the llm responder -------------------------------------------------
+def test_no_personalisation_withholds_the_profile_and_cot_reasons_first(tmp_path):
+    def content(body: dict) -> str:
+        if "reasoning" in body["messages"][0]["content"]:
+            return json.dumps({"reasoning": "she is vegetarian", **ANSWER, "ptkb_used": [STATEMENT]})
+        return json.dumps({**ANSWER, "ptkb_used": [STATEMENT]})
+
+    job = ResponseJob(turn=JOB.turn, level="b", rewrite="a vegetarian diet for me", statements=JOB.statements,
+                      used=[], passages=JOB.passages, neutral_rewrite="a diet")
+    with FakeOpenAI(content=content) as server:
+        for mode in ("none", "cot", "in-context"):
+            out = tmp_path / f"{mode}.jsonl"
+            options = RespondSettings(responder="gpt-test", base_url=server.url, cache_dir=str(tmp_path / "c"),
+                                      personalisation=mode)
+            respond([job], options, out, progress=False)
+        bodies = server.requests
+    none_user = bodies[0]["messages"][1]["content"]
+    assert "(none)" in none_user and "a diet" in none_user and TURN.ptkb[STATEMENT] not in none_user
+    assert load_responses(tmp_path / "none.jsonl")["9-1_1"].ptkb_used == []
+    assert "reasoning" in json.dumps(bodies[1].get("response_format", {})) or "reasoning" in bodies[1]["messages"][0][
+        "content"]
+    assert load_responses(tmp_path / "cot.jsonl")["9-1_1"].ptkb_used == [STATEMENT]
+    assert TURN.ptkb[STATEMENT] in bodies[2]["messages"][1]["content"]
+
+
+def test_best_of_n_samples_then_aggregates_as_pathways_do(tmp_path):
+    with FakeOpenAI(content=scripted({})) as server:
+        options = RespondSettings(responder="gpt-test", base_url=server.url, cache_dir=str(tmp_path / "c"),
+                                  best_of=3, aggregate="mixture", concurrency=1)
+        respond([JOB], options, tmp_path / "r.jsonl", progress=False)
+        seeds = [b.get("seed") for b in server.requests]
+        assert sorted(s for s in seeds if s is not None) == [0, 1, 2]
+        assert "Merge the candidates" in last_user(server.requests[-1]) and len(server.requests) == 5
+        assert all(b["temperature"] == 0.7 for b in server.requests[:3])
+    assert load_responses(tmp_path / "r.jsonl")["9-1_1"].text == "Lentils [1], tofu [2]."
