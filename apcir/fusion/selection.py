@@ -10,11 +10,11 @@ nothing here fuses a run again.
   (no-levels) argmax. λ is fixed, or chosen by an inner cross-validation by conversation over
   :data:`LAMBDAS` (the λ whose weights score best on the inner held-out turns; ties go to the larger λ,
   the simpler model).
-* **Plateau.** Instead of the argmax: the grid points within ε of the maximum, their centroid, and the
-  plateau point nearest to it (so the chosen weights are a grid point whose objective is known exactly
-  and within ε of the best). ε is fixed, or, per point, one bootstrap standard error of the point's
-  objective difference from the argmax over the tuning turns (paired: the turns' own difficulty cancels;
-  see :func:`paired_standard_errors`).
+* **Plateau.** Instead of the argmax: the plateau (the argmax's connected region of grid points within ε of
+  the maximum, neighbours being one step apart), its centroid, and the plateau point nearest to it (so the
+  chosen weights are a grid point whose objective is known exactly and within ε of the best). ε is fixed,
+  or, per point, one bootstrap standard error of the point's objective difference from the argmax over the
+  tuning turns (paired: the turns' own difficulty cancels; see :func:`paired_standard_errors`).
 * **Evidence.** B bootstrap resamples of the tuning turns: per level, the 95% percentile interval of each
   chosen weight, and the share of resamples in which the level's own weights beat the pooled weights on
   the resample's out-of-bag turns of that level (λ and ε held at the values chosen on all turns).
@@ -88,6 +88,14 @@ class Surface:
             self._objective = self.search.values[self.rows].sum(axis=2)
         return self._objective
 
+    def neighbours(self) -> np.ndarray:
+        """The grid's neighbour table (:func:`grid_neighbours`), computed once per search."""
+        cached = getattr(self.search, "_neighbours", None)
+        if cached is None:
+            cached = grid_neighbours(self.compositions)
+            self.search._neighbours = cached  # type: ignore[attr-defined]
+        return cached
+
     def scores(self, turns: Sequence[str]) -> np.ndarray:
         """The objective (sum of the measures' means over ``turns``) at every point, as the tuning reports it."""
         return np.asarray(self.search.means(turns).sum(axis=1))
@@ -95,21 +103,56 @@ class Surface:
 
 def choose(surface: Surface, scores: np.ndarray, allowed: np.ndarray | None, rule: SelectionRule,
            epsilon: float | np.ndarray | None) -> Choice:
-    """The point ``rule.select`` picks on ``scores``; ``epsilon``: the plateau width (one number, or one per point)."""
+    """The point ``rule.select`` picks on ``scores``; ``epsilon``: the plateau width (one number, or one per point).
+
+    The plateau is the argmax's connected region of points within ε of the maximum: grid neighbours (one
+    step moved between two weights) within ε, and theirs, and so on. A point as good but on another hill is
+    not on this plateau, so the centroid cannot fall between two hills."""
     if rule.select == "argmax":
         return Choice(select_best(surface.compositions, scores, allowed))
     assert epsilon is not None
     eligible = np.ones(len(scores), dtype=bool) if allowed is None else np.asarray(allowed, dtype=bool)
     if not eligible.any():
         raise ApcirError("no grid point satisfies the constraint")
-    top = scores[eligible].max()
-    within = eligible & (scores >= top - epsilon - SCORE_TOLERANCE)
-    centroid = surface.weights[within].mean(axis=0)
+    best = select_best(surface.compositions, scores, allowed)
+    within = eligible & (scores >= scores[best] - epsilon - SCORE_TOLERANCE)
+    plateau = connected(surface.neighbours(), within, best)
+    centroid = surface.weights[plateau].mean(axis=0)
     distance = ((surface.weights - centroid) ** 2).sum(axis=1)
-    index = select_best(surface.compositions, -distance, within)
-    width = float(np.max(np.broadcast_to(epsilon, scores.shape)[within]))
-    return Choice(index, Plateau(epsilon=width, points=int(within.sum()), centroid=[float(c) for c in centroid]),
+    index = select_best(surface.compositions, -distance, plateau)
+    width = float(np.max(np.broadcast_to(epsilon, scores.shape)[plateau]))
+    return Choice(index, Plateau(epsilon=width, points=int(plateau.sum()), centroid=[float(c) for c in centroid]),
                   epsilon)
+
+
+def grid_neighbours(compositions: np.ndarray) -> np.ndarray:
+    """(P, k·(k-1)): each point's neighbours, one unit moved from one weight to another (-1: off the simplex)."""
+    index = {tuple(int(x) for x in c): i for i, c in enumerate(compositions)}
+    parts = compositions.shape[1]
+    moves = [(i, j) for i in range(parts) for j in range(parts) if i != j]
+    out = np.full((len(compositions), len(moves)), -1, dtype=np.int64)
+    for p, composition in enumerate(compositions):
+        for m, (i, j) in enumerate(moves):
+            if composition[j] > 0:
+                moved = [int(x) for x in composition]
+                moved[i] += 1
+                moved[j] -= 1
+                out[p, m] = index.get(tuple(moved), -1)
+    return out
+
+
+def connected(neighbours: np.ndarray, members: np.ndarray, start: int) -> np.ndarray:
+    """The points of ``members`` reachable from ``start`` through neighbours in ``members`` (a boolean mask)."""
+    reached = np.zeros(len(members), dtype=bool)
+    reached[start] = True
+    frontier = np.array([start])
+    while frontier.size:
+        candidates = np.unique(neighbours[frontier].ravel())
+        candidates = candidates[candidates >= 0]
+        candidates = candidates[members[candidates] & ~reached[candidates]]
+        reached[candidates] = True
+        frontier = candidates
+    return reached
 
 
 def combined_scores(surface: Surface, level_turns: Sequence[str], pooled: np.ndarray, lam: float) -> np.ndarray:

@@ -83,14 +83,26 @@ def test_the_plateau_centroid_is_the_expected_point():
     assert narrow.levels["b"].weights == [1.0, 0.0, 0.0] and narrow.levels["b"].plateau.points == 1
 
 
-def test_a_centroid_off_the_plateau_takes_the_nearest_plateau_point():
-    # plateau (1, 0, 0) and (0, 1, 0) (a flat ridge with a dip between): the centroid (0.5, 0.5, 0) is not on it;
-    # both plateau points are equally near, and the tie rule takes the larger w1
+def test_a_point_as_good_on_another_hill_is_not_on_the_plateau():
+    # (1, 0, 0) and (0, 1, 0) both score 1 with a dip between: the plateau is the argmax's connected region, so
+    # the other hill stays out and the centroid cannot fall into the dip at (0.5, 0.5, 0)
     turns = ["2_1"]
     search = HandGrid("0.5", turns, {(2, 0, 0): [1.0], (0, 2, 0): [1.0], (1, 1, 0): [0.2]})
     chosen = weights_from_search(search, {"2_1": "b"}, turns, rule=SelectionRule(select="plateau", epsilon=0.01))
-    assert chosen.levels["b"].plateau.centroid == pytest.approx([0.5, 0.5, 0.0])
+    assert chosen.levels["b"].plateau.points == 1
+    assert chosen.levels["b"].plateau.centroid == pytest.approx([1.0, 0.0, 0.0])
     assert chosen.levels["b"].weights == [1.0, 0.0, 0.0]
+
+
+def test_a_centroid_off_the_grid_takes_the_nearest_plateau_point():
+    # an L-shaped plateau (1, 0, 0), (0.5, 0.5, 0), (0.5, 0, 0.5): centroid (2/3, 1/6, 1/6), equally near all three;
+    # the tie rule takes the point closest to equal weights, then the larger w1, then the larger w2
+    turns = ["2_1"]
+    search = HandGrid("0.5", turns, {(2, 0, 0): [1.0], (1, 1, 0): [0.99], (1, 0, 1): [0.99]})
+    chosen = weights_from_search(search, {"2_1": "b"}, turns, rule=SelectionRule(select="plateau", epsilon=0.05))
+    assert chosen.levels["b"].plateau.points == 3
+    assert chosen.levels["b"].plateau.centroid == pytest.approx([2 / 3, 1 / 6, 1 / 6])
+    assert chosen.levels["b"].weights == [0.5, 0.5, 0.0]
 
 
 def test_the_default_epsilon_is_the_paired_bootstrap_standard_error():
