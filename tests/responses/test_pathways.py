@@ -196,3 +196,15 @@ def test_best_of_n_samples_then_aggregates_as_pathways_do(tmp_path):
         assert "Merge the candidates" in last_user(server.requests[-1]) and len(server.requests) == 5
         assert all(b["temperature"] == 0.7 for b in server.requests[:3])
     assert load_responses(tmp_path / "r.jsonl")["9-1_1"].text == "Lentils [1], tofu [2]."
+
+
+def test_pathways_from_python(tmp_path):
+    from apcir import api
+
+    with FakeOpenAI(content=scripted({0: ["answer", "finalize"]})) as server:
+        records = api.respond([TURN], {}, {"9-1_1": {"p-1": 2.0, "p-2": 1.0}},
+                              {"p-1": "Lentils are rich in protein.", "p-2": "Tofu is made from soy."},
+                              responder="pathways:gpt-test", base_url=server.url, cache_dir=str(tmp_path / "c"),
+                              pathways=1, max_actions=3, out=tmp_path / "r.jsonl")
+    assert records["9-1_1"].status == "ok" and records["9-1_1"].citations == ["p-1", "p-2"]
+    assert (tmp_path / "r.pathways.jsonl").exists()
