@@ -46,6 +46,7 @@ __all__ = [
     "export",
     "fuse",
     "load_run",
+    "nugget_recall",
     "qrels",
     "quiet",
     "reformulate",

@@ -490,18 +490,20 @@ def retrieve(queries: Mapping[str, Any], index: PathLike, *, k: int = 1000, fiel
 def tune(lists: Sequence[Any], levels: Mapping[str, str] | PathLike, qrels: PathLike | Mapping[str, Any], *,
          objective: str = "paper", step: float | str = 0.01, norm: str = "minmax", depth: int = 1000,
          rel_threshold: int = 1, min_turns: int = 1, missing_level: str | None = None,
-         progress: bool = False) -> WeightsFile:
+         progress: bool = False, **rule: Any) -> WeightsFile:
     """Per-level weights by the exact grid search of ``apcir tune`` over the fused lists (runs or paths, in weight
-    order); ``levels`` is ``{turn_id: level}`` or a levels file."""
-    from apcir.contract.levels import load_levels
+    order); ``levels`` is ``{turn_id: level}``, a levels file or ``annotators:TOPICS``. ``rule``: how the points
+    are chosen, as ``[fusion.weights]`` says it (``shrinkage=0 | "cv"``, ``select="argmax" | "plateau"``,
+    ``epsilon``, ``bootstrap``, ``seed``)."""
+    from apcir import datasets
     from apcir.fusion.protocol import FusionInputs, search_for, tune_variants
     from apcir.fusion.settings import FusionParams, TuningSettings
 
     params = FusionParams.of(norm=norm, depth=depth, rel_threshold=rel_threshold, missing_level=missing_level)
     runs = [load_run(r) if isinstance(r, (str, Path)) else r for r in lists]
-    level_map = load_levels(levels) if isinstance(levels, (str, Path)) else dict(levels)
+    level_map = datasets.levels(levels) if isinstance(levels, (str, Path)) else dict(levels)
     judgements, qrels_name = _qrels(qrels)
-    tuning = TuningSettings.model_validate({"step": str(step), "objective": objective, "min_turns": min_turns})
+    tuning = TuningSettings.model_validate({"step": str(step), "objective": objective, "min_turns": min_turns, **rule})
     inputs = FusionInputs(lists=runs, levels=level_map, qrels=judgements, qrels_name=qrels_name,
                           run_names=[getattr(r, "name", f"list{i + 1}") for i, r in enumerate(runs)],
                           levels_name="levels")
@@ -571,6 +573,23 @@ def respond(turns: PathLike | Sequence[Turn], reformulations: Mapping[str, Refor
     return load_responses(path)
 
 
+def nugget_recall(responses: PathLike | Sequence[PathLike], nuggets: PathLike, topics: PathLike,
+                  matcher: str = "embedding", *, baseline: str | None = None, compare_matcher: str | None = None,
+                  **settings: Any) -> Any:
+    """Nugget recall of one or many runs' responses, as ``apcir evaluate-responses --nuggets`` computes it:
+    ``responses`` are files (apcir's JSONL, iKAT 2024 or 2025 forms) or ``ikat25-runs``; ``nuggets`` a set name
+    (``ikat25-test``) or file; ``settings`` the matcher's (``tau``, ``encoder``, ``model``, ``batched``)."""
+    from apcir import datasets
+    from apcir.evaluation.nugget_matchers import MatcherSettings
+    from apcir.evaluation.nugget_scores import score_runs
+    from apcir.evaluation.nuggets import load_nuggets, load_response_runs
+
+    sources = [responses] if isinstance(responses, (str, Path)) else list(responses)
+    gold = load_nuggets(nuggets, {t.turn_id for t in datasets.topics(topics)})
+    return score_runs(gold, load_response_runs(sources), matcher, MatcherSettings.model_validate(settings),
+                      baseline=baseline, compare_matcher=compare_matcher)
+
+
 def export(run: Mapping[str, Mapping[str, float]], turns: PathLike | Sequence[Turn], out: PathLike, *,
            run_name: str = "apcir", team_id: str = "apcir", responses: Mapping[str, ResponseRecord] | None = None,
            reformulations: Mapping[str, ReformulationRecord] | None = None,
@@ -633,6 +652,7 @@ __all__ = [
     "export",
     "fuse",
     "load_run",
+    "nugget_recall",
     "qrels",
     "quiet",
     "reformulate",

@@ -64,19 +64,23 @@ _nugget_sets: dict[str, Any] = {}
 
 
 def _pathways(path: Path) -> dict[str, list[list[Any]]]:
-    """The Pathways of Thoughts trace by turn: [pathway, actions, finalized, response or stop reason]."""
+    """The Pathways of Thoughts trace by turn: [pathway, actions, finalized, response or stop reason]. A turn
+    answered again (after a kill) has its lines twice: the last ones count."""
     if not path.exists():
         return {}
-    by_turn: dict[str, list[list[Any]]] = {}
+    latest: dict[tuple[str, int], list[Any]] = {}
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
             continue  # a torn last line of a killed run
         if isinstance(row, dict) and "pathway" in row:
-            by_turn.setdefault(str(row.get("turn_id")), []).append(
-                [row["pathway"], row.get("actions", []), bool(row.get("finalized")),
-                 row.get("response") or f"(no answer: {row.get('stopped')})"])
+            latest[(str(row.get("turn_id")), int(row["pathway"]))] = [
+                row["pathway"], row.get("actions", []), bool(row.get("finalized")),
+                row.get("response") or f"(no answer: {row.get('stopped')})"]
+    by_turn: dict[str, list[list[Any]]] = {}
+    for (turn, _), entry in sorted(latest.items()):
+        by_turn.setdefault(turn, []).append(entry)
     return by_turn
 
 

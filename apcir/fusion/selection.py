@@ -52,13 +52,8 @@ class SelectionRule(BaseModel):
         None, ge=0, description="plateau width (objective units); None: per point, the bootstrap standard error "
                                 "of its difference from the argmax")
     inner_folds: int = Field(5, ge=2, description="folds (by conversation) of the inner CV that chooses λ")
-    bootstrap: int = Field(1000, ge=0, description="B: resamples for the automatic epsilon and the evidence "
-                                                   "(0: no evidence; epsilon then needs a value)")
+    bootstrap: int = Field(1000, ge=0, description="B: resamples of the tuning turns for the evidence (0: none)")
     seed: int = Field(0, ge=0, description="seed of the inner folds and the bootstraps")
-
-    @property
-    def is_paper(self) -> bool:
-        return self.shrinkage == 0 and self.select == "argmax"
 
 
 @dataclass(frozen=True)

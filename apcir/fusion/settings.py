@@ -38,7 +38,7 @@ class TuningSettings(BaseModel):
         "point, one bootstrap standard error of its objective's difference from the argmax (paired over the turns)")
     inner_folds: int = Field(5, ge=2, description="shrinkage = \"cv\": folds of the inner cross-validation")
     bootstrap: int = Field(1000, ge=0, description="resamples of the tuning turns for the evidence in "
-                           "weights.json (and the default epsilon); 0: no evidence")
+                           "weights.json; 0: no evidence")
     seed: int = Field(0, ge=0, description="seed of the folds, the inner CV and the bootstraps (and the random "
                       "baseline)")
 

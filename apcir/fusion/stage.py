@@ -273,6 +273,9 @@ class FuseStage(Stage):
         if tuned.folds:
             write_json(self.layout.weights_folds, [w.model_dump(mode="json") for w in tuned.folds])
         oracle = self.fusion.levels == ANNOTATORS
+        for name in tuned_names(SYSTEMS.names()):  # a system no longer tuned leaves no weights file behind
+            if name != PRIMARY and name not in tuned.variant_weights:
+                self.layout.system_weights(name).unlink(missing_ok=True)
         for name, variant_weights in tuned.variant_weights.items():
             variant_weights.save(self.layout.system_weights(name))
         protocol = tuned.protocol + ("; levels from the annotators' PTKB provenance (an oracle: uses annotations)"

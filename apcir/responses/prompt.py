@@ -140,7 +140,7 @@ def grammar_schema(job: ResponseJob, max_words: int, cot: bool = False) -> dict[
         schema = output_schema(cot)
         word = '[^\\[\\]"\\\\\\n\\r\\t.!? ]+'
         schema["properties"]["response"] = {"type": "string", "pattern": f"^(({word} ){{0,39}}{word}[.!?] ?){{1,5}}$"}
-        return schema
+        return _profile_ids(schema, job)
     numbers = "|".join(str(n) for n in range(1, len(job.passages) + 1)) or "1"
     cite = f"\\[({numbers})\\]"
     word = '[^\\[\\]"\\\\\\n\\r\\t.!? ]+'  # no bracket but a citation's, nothing JSON must escape, no stop
@@ -151,6 +151,11 @@ def grammar_schema(job: ResponseJob, max_words: int, cot: bool = False) -> dict[
     schema["properties"]["response"] = {"type": "string", "pattern": pattern}
     if cot:  # a short reasoning, so that a small model reaches the answer within max_tokens
         schema["properties"]["reasoning"] = {"type": "string", "pattern": f"^({word} ){{0,29}}{word}$"}
+    return _profile_ids(schema, job)
+
+
+def _profile_ids(schema: dict[str, Any], job: ResponseJob) -> dict[str, Any]:
+    """``ptkb_used`` restricted to the profile's statement ids (when it has any)."""
     if job.turn.ptkb:
         schema["properties"]["ptkb_used"] = {"type": "array", "items": {"type": "string", "enum": sorted(job.turn.ptkb)},
                                              "maxItems": len(job.turn.ptkb)}

@@ -89,6 +89,8 @@ def _respond(jobs: list[ResponseJob], settings: RespondSettings, out: Path, *, r
     jobs = list(unique.values())
     if refresh and out.exists():
         out.unlink()
+    if refresh:
+        _trace_path(out).unlink(missing_ok=True)
     read_existing(out)  # a file that is no responses log is refused before its summary is touched
     check_resume(out, shaping_settings(settings), "responses", redo=redo_stale)
     existing = read_existing(out)

@@ -164,3 +164,20 @@ def test_rerank_keeps_the_unranked_passages_in_place(small, tmp_path):
         order = [p for p, _ in sorted(hits.items(), key=lambda x: -x[1])]
         new = [p for p, _ in sorted(reranked[turn].items(), key=lambda x: -x[1])]
         assert set(new[:5]) == set(order[:5]) and new[5:] == order[5:]
+
+
+def test_tune_with_a_selection_rule_and_nugget_recall_from_python(tmp_path):
+    from fusion_cases import random_case
+
+    from apcir.fusion.selection import SelectionRule
+    from apcir.fusion.tuning import tune_weights
+
+    runs, qrels, levels = random_case(4, turns=30)
+    weights = apcir.tune(runs, levels, qrels, step="0.1", shrinkage="cv", select="plateau", bootstrap=100)
+    expected = tune_weights(runs, levels, qrels, step="0.1",
+                            rule=SelectionRule(shrinkage="cv", select="plateau", bootstrap=100))
+    assert weights.selection.shrinkage == expected.selection.shrinkage
+    assert {lv: w.weights for lv, w in weights.levels.items()} == {lv: w.weights for lv, w in expected.levels.items()}
+    assert weights.evidence is not None and weights.evidence.resamples == 100
+    report = apcir.nugget_recall("ikat25-runs", "ikat25-test", "ikat25-test", "lexical", baseline="cfda-auto-1")
+    assert report.ranking()[0] == "UCSC-base-ensemble" and len(report.runs) == 3

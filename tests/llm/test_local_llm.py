@@ -304,3 +304,33 @@ def test_pathways_of_thoughts_on_two_turns_with_the_real_server(server, passages
     added = [p for p in newer if p.get("pathway") == 2]
     # at most two requests per step of each third pathway, plus the aspects and the mixture per turn
     assert 0 < _requests(third) <= sum(2 * len(p["actions"]) + 2 for p in added) + 2 * 2 + 2
+
+
+def test_lampqa_with_chain_of_thought_and_the_given_aspects_judge_with_the_real_server(server, tmp_path, run_cli):
+    """A LaMP-QA question answered without passages, in-context with chain of thought, then judged on its given
+    rubric aspects by the real llama.cpp server under the schemas' grammars."""
+    question = [{"id": "q1", "question": "How can I start running without hurting my knees?",
+                 "narrative": "I am 50 and my knees hurt.", "profile": [{"text": "Best shoes for flat feet?",
+                                                                         "description": "I overpronate."}],
+                 "rubric_aspects": [{"aspect": "low-impact start"}, {"aspect": "knee care"}]}]
+    path = tmp_path / "lampqa.json"
+    path.write_text(json.dumps(question))
+    out = tmp_path / "r.jsonl"
+    common = ["--base-url", server.url, "--cache-dir", str(tmp_path / "cache")]
+    code, stdout, err = run_cli("respond", "--topics", f"lampqa:{path}", "--responder", "smollm2",
+                                "--personalisation", "cot", "--max-words", "60", "--max-tokens", "300", "-o", str(out),
+                                "--no-progress", "--json", *common)
+    assert code == 0, err
+    from apcir.contract.responses import load_responses
+
+    record = load_responses(out)["lampqa-q1_1"]
+    assert record.status == "ok" and record.citations == [] and record.passages == [], record.error
+    code, stdout, err = run_cli("evaluate-responses", str(out), "--topics", f"lampqa:{path}", "--judge", "smollm2",
+                                "--json", *common)
+    assert code == 0, err
+    metrics = json.loads(stdout)
+    judge = metrics["judge"]
+    assert judge["judged"] + len(judge["unjudged"]) == 1
+    if judge["judged"]:
+        assert [a for a, _ in judge["aspects"]["lampqa-q1_1"]] == ["low-impact start", "knee care"]
+        assert 0.0 <= metrics["per_turn"]["lampqa-q1_1"]["judge"] <= 1.0

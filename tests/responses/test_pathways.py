@@ -208,3 +208,63 @@ def test_pathways_from_python(tmp_path):
                               pathways=1, max_actions=3, out=tmp_path / "r.jsonl")
     assert records["9-1_1"].status == "ok" and records["9-1_1"].citations == ["p-1", "p-2"]
     assert (tmp_path / "r.pathways.jsonl").exists()
+
+
+def test_an_echoed_key_never_reaches_a_file_and_an_unwritable_cache_is_one_line(tmp_path, monkeypatch, run_cli):
+    key = "sk-canary-POT-445566"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    with FakeOpenAI(content=lambda body: f"you sent Authorization: Bearer {key}") as server:
+        out = tmp_path / "r.jsonl"
+        respond([JOB], RespondSettings(responder="pathways:gpt-test", base_url=server.url,
+                                       cache_dir=str(tmp_path / "cache"), pathways=2, max_actions=3), out,
+                progress=False)
+        again = server.count
+        respond([JOB], RespondSettings(responder="pathways:gpt-test", base_url=server.url,
+                                       cache_dir=str(tmp_path / "cache"), pathways=2, max_actions=3),
+                tmp_path / "r2.jsonl", progress=False)
+        assert server.count == again  # the unusable answers are replayed, not asked again
+    stored = "".join(p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file())
+    assert key not in stored and "redacted" in stored
+    assert load_responses(out)["9-1_1"].status == "failed"
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with FakeOpenAI() as server:
+        code, _, err = run_cli("respond", "--topics", "ikat23-test", "--turns", "9-1_1", "--responder",
+                               "pathways:gpt-test", "--base-url", server.url, "--cache-dir", str(blocker), "-o",
+                               str(tmp_path / "x.jsonl"))
+        assert server.count == 0
+    errors = [line for line in err.splitlines() if line.startswith("error:")]  # err also holds the warnings above
+    assert code == 2 and "Traceback" not in err and len(errors) == 1 and "cache folder is a file" in errors[0], err
+
+
+def test_kill_9_mid_run_then_the_same_command_finishes_and_sends_no_finished_request_again(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    turns = "9-1_1,9-1_2,9-1_3"
+    run = tmp_path / "run.trec"
+    ids = sorted(p.id for p in datasets.iter_collection(datasets.collection_path("ikat23-provenance")))[:3]
+    run.write_text("".join(f"{t} Q0 {p} {r + 1} {3 - r} x\n" for t in turns.split(",") for r, p in enumerate(ids)))
+    with FakeOpenAI(delay=0.3, content=scripted({i: ["answer", "finalize"] for i in range(2)})) as server:
+        command = [sys.executable, "-m", "apcir", "respond", str(run), "-t", "ikat23-test", "--turns", turns,
+                   "--collection", "ikat23-provenance", "--responder", "pathways:gpt-test", "--pathways", "2",
+                   "--max-actions", "3", "--base-url", server.url, "--cache-dir", str(tmp_path / "cache"),
+                   "--concurrency", "1", "-o", str(tmp_path / "r.jsonl"), "--no-progress"]
+        env = {**os.environ, "OPENAI_API_KEY": "sk-unused-1234"}
+        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 120
+        while server.count < 9 and time.monotonic() < deadline:  # past the first turn's pathways
+            time.sleep(0.05)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        first = [json.dumps(b["messages"], sort_keys=True) + str(b.get("seed")) for b in server.requests]
+        finished = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        assert finished.returncode == 0, finished.stderr
+        second = [json.dumps(b["messages"], sort_keys=True) + str(b.get("seed")) for b in server.requests[len(first):]]
+    records = load_responses(tmp_path / "r.jsonl")
+    assert sorted(records) == ["9-1_1", "9-1_2", "9-1_3"] and all(r.status == "ok" for r in records.values())
+    # at most the one request in flight at the kill (concurrency 1) is sent again; every finished one came from cache
+    assert len(set(first) & set(second)) <= 1
