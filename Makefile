@@ -23,7 +23,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) $(TORCH)
-	$(PIP) -e ".[full,pyterrier,live,dev]"
+	$(PIP) -e ".[full,pyterrier,live,milvus,dev]"
 	@if [ "$(LOCAL_LLM)" = "1" ]; then \
 		echo "building llama.cpp's server ($(LLAMA_CPP); CMAKE_ARGS=$(LLAMA_CMAKE_ARGS)), a few minutes the first time"; \
 		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) "$(LLAMA_CPP)" && \

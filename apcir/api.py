@@ -480,7 +480,7 @@ def retrieve(queries: Mapping[str, Any], index: PathLike, *, k: int = 1000, fiel
         asked: Mapping[str, Any] = list_queries(queries, field)
     else:
         asked = {t: str(v) for t, v in queries.items()}
-    searcher = open_index(Path(index), encoder, device=device, threads=2, backend=backend)
+    searcher = open_index(index, encoder, device=device, threads=2, backend=backend)
     with tempfile.TemporaryDirectory(prefix="apcir-") as scratch:
         runs = retrieve_lists(searcher, {field: asked}, {field: Path(scratch) / "run"}, {field: field}, k=k,
                               progress=progress)

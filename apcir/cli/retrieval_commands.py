@@ -13,13 +13,14 @@ from apcir.contract.reformulations import LIST_NAMES
 from apcir.errors import ApcirError
 from apcir.io import check_writable, check_writable_dir, refuse_inputs_as_outputs, refuse_inputs_inside
 from apcir.retrieval.encoder import DEFAULT_MODEL
+from apcir.retrieval.location import index_folder
 from apcir.retrieval.registry import BACKENDS
 
 
 def index_dependencies(index: Path) -> list[Path]:
     from apcir.retrieval.manifest import index_dependencies as dependencies
 
-    return dependencies(index)
+    return dependencies(index_folder(index))
 
 
 index_app = typer.Typer(help="Build and inspect retrieval indexes.", no_args_is_help=True)
@@ -31,7 +32,8 @@ def build_command(
         ..., "--collection", "-c", help="Bundled collection (ikat23-provenance) or a JSONL file (either layout)."
     ),
     backend: str = typer.Option("embedded", "--backend", "-b", help=f"One of: {BACKENDS.help()}."),
-    out: Path = typer.Option(..., "--out", "-o", help="Index directory to create (e.g. indexes/<name>)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Index directory to create (e.g. indexes/<name>); for the "
+                             "milvus backends milvus:PATH.db (Milvus Lite) or milvus://HOST:PORT/COLLECTION."),
     encoder: str | None = typer.Option(
         None, "--encoder", "-e",
         help="SPLADE model: splade-tiny (bundled), a hub id or a local directory (default naver/splade-v3; with "
@@ -59,8 +61,8 @@ def build_command(
     """Build an index (resumable; an up-to-date index is left alone)."""
     from apcir.retrieval.build import build_from_vectors, build_index
 
-    refuse_inputs_inside(out, [collection, vectors_from], "index directory")
-    check_writable_dir(out, "index directory")
+    refuse_inputs_inside(index_folder(out), [collection, vectors_from], "index directory")
+    check_writable_dir(index_folder(out), "index directory")
     if vectors:
         if shard or vectors_from:
             raise ApcirError("--vectors indexes precomputed vectors: --shard and --vectors-from do not apply")
@@ -92,9 +94,10 @@ def info_command(
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
 ) -> None:
     """Show an index's manifest: backend, model, budgets, collection, counts."""
+    from apcir.retrieval.backends import locate
     from apcir.retrieval.manifest import read_manifest
 
-    manifest = read_manifest(index)
+    manifest = read_manifest(locate(index))
     if as_json:
         print_json(manifest.model_dump())
         return
@@ -123,7 +126,7 @@ def export_vectors_command(
     from apcir.retrieval.stage import export_vectors
 
     check_writable(out, "vector collection")
-    refuse_inputs_as_outputs([out], index_dependencies(index), folders=[index])
+    refuse_inputs_as_outputs([out], index_dependencies(index), folders=[index_folder(index)])
     count = export_vectors(open_index(index), out, integer_scale=integer_scale, with_text=with_text)
     console.print(f"wrote {count} passage vectors to {out}; index them with pyserini: python -m "
                   "pyserini.index.lucene --collection JsonVectorCollection --input DIR --index OUT --impact "
@@ -131,7 +134,8 @@ def export_vectors_command(
 
 
 def retrieve_command(
-    index: Path = typer.Option(..., "--index", "-i", help="Index directory (apcir index, or a Lucene index for BM25)."),
+    index: Path = typer.Option(..., "--index", "-i", help="Index directory (apcir index, or a Lucene index for BM25), "
+                               "or a Milvus index's location (milvus:PATH.db, milvus://HOST:PORT/COLLECTION)."),
     queries: Path | None = typer.Option(
         None, "--queries", "-q", help="TSV turn_id<TAB>query[<TAB>response], or a reformulations JSONL."
     ),
@@ -183,7 +187,7 @@ def retrieve_command(
                              "encoded queries, one per id: drop --field")
 
         check_writable(out, "run file")
-        refuse_inputs_as_outputs([out], [query_vectors, *index_dependencies(index)], folders=[index])
+        refuse_inputs_as_outputs([out], [query_vectors, *index_dependencies(index)], folders=[index_folder(index)])
         backend = open_index(index, encoder, device=device, threads=threads, backend=backend_name)
         run = search_query_vectors(backend, query_vectors, k)
         write_run(run, out, tag=tag, depth=k)
@@ -208,7 +212,7 @@ def retrieve_command(
         tags = {keys[f]: f"{tag}-{keys[f]}" for f in fields}
     for path in outs.values():
         check_writable(path, "run file")
-    refuse_inputs_as_outputs(outs.values(), [queries, *index_dependencies(index)], folders=[index])
+    refuse_inputs_as_outputs(outs.values(), [queries, *index_dependencies(index)], folders=[index_folder(index)])
     backend = open_index(index, encoder, device=device, threads=threads, backend=backend_name)
     started = time.perf_counter()
     runs = retrieve_lists(backend, {keys[f]: qs.queries for f, qs in query_sets.items()}, outs, tags, k=k)
@@ -242,7 +246,7 @@ def _qr_fusion_command(index: Path, queries: Path, weights_path: Path, field: st
         raise ApcirError(f"--qr-fusion needs {len(LIST_NAMES)} weights per level, the file has {weights.n_weights}",
                          path=weights_path)
     check_writable(out, "run file")
-    refuse_inputs_as_outputs([out], [queries, weights_path, *index_dependencies(index)], folders=[index])
+    refuse_inputs_as_outputs([out], [queries, weights_path, *index_dependencies(index)], folders=[index_folder(index)])
     inputs, turn_weights = {}, {}
     for turn, record in load_reformulations(queries).items():
         if record.output is None:

@@ -12,7 +12,8 @@ from apcir.contract.records import Run
 from apcir.contract.reformulations import QueryInput
 from apcir.errors import ApcirError
 from apcir.retrieval.encoder import SpladeEncoder, TextEncoder, canonical_model_name, make_encoder
-from apcir.retrieval.manifest import IndexManifest, is_foreign_lucene, read_manifest
+from apcir.retrieval.location import is_milvus, parse_milvus
+from apcir.retrieval.manifest import MANIFEST, IndexManifest, is_foreign_lucene, read_manifest
 from apcir.retrieval.registry import BACKENDS, BARE_LUCENE
 
 
@@ -50,6 +51,21 @@ def passage_vectors(backend: Backend, ids: list[str]) -> sp.csr_matrix | None:
     return lookup(ids) if callable(lookup) else None
 
 
+def locate(index: str | Path) -> Path:
+    """The local folder of an index (a directory, or a Milvus location's companion folder, restored from the
+    collection's manifest when this machine has none)."""
+    if is_milvus(index):
+        from apcir.retrieval.milvus import restore_folder
+
+        location = parse_milvus(index)
+        restore_folder(location)
+        if not (location.folder / MANIFEST).exists():
+            raise ApcirError(f"no complete index at {location}: build it (or finish its build) with "
+                             f"`apcir index build --out {location} ...`")
+        return location.folder
+    return Path(index).expanduser()
+
+
 def open_index(
     index_dir: str | Path,
     encoder: TextEncoder | str | None = None,
@@ -69,7 +85,7 @@ def open_index(
     ``backend="lucene-splade"`` and an ``encoder``, as an impact index queried
     with that encoder (apcir cannot check that the index was built with the same model).
     """
-    folder = Path(index_dir).expanduser()
+    folder = locate(index_dir)
     if not folder.is_dir():
         raise ApcirError("index directory not found", path=folder)
     if is_foreign_lucene(folder):

@@ -40,6 +40,7 @@ from apcir.datasets.store import OFFSETS, build_offsets
 from apcir.errors import ApcirError
 from apcir.io import atomic_write, check_unicode, write_json, write_text
 from apcir.retrieval.encoder import DEFAULT_MODEL, SpladeEncoder, TextEncoder, canonical_model_name, make_encoder
+from apcir.retrieval.location import index_folder, is_milvus, parse_milvus
 from apcir.retrieval.manifest import (
     MANIFEST,
     CollectionInfo,
@@ -52,7 +53,7 @@ from apcir.retrieval.registry import BACKENDS, ENCODER_KINDS, BackendSpec
 
 WORK = "_build"
 CHUNK_SIZE = 10_000
-OWNED_OUTPUTS = (MANIFEST, "postings.npz", "ids.txt", "lucene", "vectors.npy", "docid", "index", WORK, OFFSETS,
+OWNED_OUTPUTS = (MANIFEST, "postings.npz", "ids.txt", "engine", "lucene", "vectors.npy", "docid", "index", WORK, OFFSETS,
                  "vocab.txt")
 
 
@@ -129,7 +130,7 @@ def build_index(
     spec = BACKENDS.get(backend)
     if chunk_size < 1:
         raise ApcirError(f"chunk size must be positive, got {chunk_size}")
-    out = Path(out_dir).expanduser()
+    out, target = _target(spec, out_dir)
     path = collection_path(collection)
     name = str(collection)
     shard_spec = parse_shard(shard)
@@ -155,6 +156,8 @@ def build_index(
             raise ApcirError(f"an index already exists here and differs: {status.reason}; pass --overwrite to replace it", path=out)
     if overwrite:
         remove_outputs(out)
+        if target is not None:
+            spec.call_remote("drop", target)
     out.mkdir(parents=True, exist_ok=True)
 
     if spec.encoder is None:
@@ -197,7 +200,7 @@ def build_index(
             "Run the same command without --shard to merge.",
             encoded, time.perf_counter() - started,
         )
-    manifest = _merge(out, plan, get_encoder(), spec, threads, started)
+    manifest = _merge(out, plan, get_encoder(), spec, threads, started, target)
     return BuildResult("built", out, manifest, f"built {manifest.describe()} in {out}", encoded, manifest.build_seconds)
 
 
@@ -227,7 +230,7 @@ def build_from_vectors(
         what = "indexes texts" if spec.encoder is None else "indexes dense embeddings"
         raise ApcirError(f"{backend} {what}; --vectors builds a backend that searches sparse vectors "
                          f"({', '.join(b.name for b in BACKENDS if b.encoder == 'splade')})")
-    out = Path(out_dir).expanduser()
+    out, target = _target(spec, out_dir)
     path = collection_path(collection)
     model = canonical_model_name(encoder) if encoder else None
     if (out / MANIFEST).exists():
@@ -239,6 +242,8 @@ def build_from_vectors(
                              path=out)
     if overwrite:
         remove_outputs(out)
+        if target is not None:
+            spec.call_remote("drop", target)
     out.mkdir(parents=True, exist_ok=True)
     vocabulary: Any = SpladeEncoder(encoder) if encoder else None
     token_ids = {t: i for i, t in enumerate(vocabulary.vocabulary)} if vocabulary is not None else None
@@ -257,7 +262,7 @@ def build_from_vectors(
     work = out / WORK
     work.mkdir(parents=True, exist_ok=True)
     chunks = ((ids[i:i + chunk_size], matrix[i:i + chunk_size]) for i in range(0, len(ids), chunk_size))
-    facts = spec.call("build", out, chunks, vocabulary, threads=threads, work=work)
+    facts = spec.call("build", out, chunks, vocabulary, threads=threads, work=work, **_at(target))
     lengths = {k: getattr(vocabulary, k) for k in ("query_max_length", "response_max_length", "doc_max_length")
                if hasattr(vocabulary, k)}
     manifest = IndexManifest(
@@ -268,6 +273,8 @@ def build_from_vectors(
         **lengths, **facts,
     )
     build_offsets(path, out / OFFSETS)
+    if target is not None:
+        spec.call_remote("publish", target, manifest)
     write_manifest(out, manifest)
     shutil.rmtree(work, ignore_errors=True)
     return BuildResult("built", out, manifest, f"built {manifest.describe()} from vectors in {out}", 0,
@@ -508,7 +515,7 @@ def check_unique(ids: list[str]) -> None:
 
 
 def _merge(out: Path, plan: BuildPlan, encoder: TextEncoder, spec: BackendSpec, threads: int,
-           started: float) -> IndexManifest:
+           started: float, target: str | None = None) -> IndexManifest:
     work = out / WORK
     missing = [i for i in range(plan.shards) if not (_shard_dir(work, i, plan.shards) / "done.json").exists()]
     if missing:
@@ -520,7 +527,7 @@ def _merge(out: Path, plan: BuildPlan, encoder: TextEncoder, spec: BackendSpec, 
             ids.extend(chunk_ids)
             yield chunk_ids, matrix
 
-    facts = spec.call("build", out, chunks(), encoder, threads=threads, work=work)
+    facts = spec.call("build", out, chunks(), encoder, threads=threads, work=work, **_at(target))
     if not ids:
         raise ApcirError("the collection holds no passage (only blank lines?): nothing was indexed",
                          path=plan.collection.path)
@@ -540,9 +547,32 @@ def _merge(out: Path, plan: BuildPlan, encoder: TextEncoder, spec: BackendSpec, 
         **facts,
     )
     build_offsets(Path(plan.collection.path), out / OFFSETS)
+    if target is not None:
+        spec.call_remote("publish", target, manifest)
     write_manifest(out, manifest)
     shutil.rmtree(work, ignore_errors=True)
     return manifest
+
+
+def _target(spec: BackendSpec, out_dir: str | Path) -> tuple[Path, str | None]:
+    """The local folder of an index and, for a backend that keeps it in a database, its location."""
+    if is_milvus(out_dir) != (spec.remote is not None):
+        able = ", ".join(b.name for b in BACKENDS if b.remote is not None)
+        if spec.remote is not None:
+            raise ApcirError(f"a {spec.name} index lives in Milvus: give --out milvus:PATH.db (Milvus Lite) or "
+                             "milvus://HOST:PORT/COLLECTION (a server)")
+        raise ApcirError(f"{out_dir} is a Milvus location; build it with --backend {able}")
+    if spec.remote is None:
+        return Path(out_dir).expanduser(), None
+    location = parse_milvus(out_dir)
+    from apcir.retrieval.milvus import restore_folder
+
+    restore_folder(location)  # reachable, and an index another machine built is known here
+    return index_folder(out_dir), str(location)
+
+
+def _at(target: str | None) -> dict[str, str]:
+    return {} if target is None else {"target": target}
 
 
 # ---- backends that index texts ------------------------------------------------------------------

@@ -69,6 +69,8 @@ class IndexManifest(BaseModel):
     """``vectors``: built from a JsonVectorCollection, without encoding (``apcir index build --vectors``)."""
     weights: Literal["float", "integer"] | None = None
     """For an index built from vectors: whether the file's weights were quantised (every weight a JSON integer)."""
+    location: str | None = None
+    """Where a database backend keeps the vectors (``milvus:PATH.db``, ``milvus://HOST:PORT/COLLECTION``; no token)."""
     bm25_k1: float | None = None
     bm25_b: float | None = None
     build_seconds: float = 0.0
@@ -82,7 +84,8 @@ class IndexManifest(BaseModel):
             what = f"precomputed {self.weights} vectors in the file's own vocabulary"
         else:
             what = f"BM25 k1={self.bm25_k1} b={self.bm25_b}"
-        return f"{self.backend} index of {self.collection.name} ({self.passages} passages, {what})"
+        where = f" at {self.location}" if self.location else ""
+        return f"{self.backend} index of {self.collection.name}{where} ({self.passages} passages, {what})"
 
 
 def is_foreign_lucene(folder: Path) -> bool:

@@ -117,6 +117,11 @@ class BackendSpec:
     """``module:Class`` of the store of passage texts the index keeps itself (``Class(index_dir)``), if any."""
     opens_bare_lucene: bool = False
     """Opens a Lucene index apcir did not build (no manifest), e.g. the organisers'."""
+    remote: str | None = None
+    """The module of a backend whose index lives in a database named by a location (``milvus:...``, see
+    :mod:`apcir.retrieval.location`) rather than in a directory: its ``build`` takes ``target=`` (the location),
+    and the module has ``publish(target, manifest)`` (mark the build complete) and ``drop(target)``
+    (``--overwrite``)."""
 
     def text_store(self, index_dir: Any) -> Any:
         """The passage texts the index keeps (None: it keeps none)."""
@@ -128,6 +133,12 @@ class BackendSpec:
     def call(self, which: Literal["build", "open"], *args: Any, **kwargs: Any) -> Any:
         module, _, function = getattr(self, which).partition(":")
         return getattr(importlib.import_module(module), function)(*args, **kwargs)
+
+    def call_remote(self, function: Literal["publish", "drop"], *args: Any) -> Any:
+        """Call a remote backend's ``publish`` or ``drop`` (nothing for a directory backend)."""
+        if self.remote is None:
+            return None
+        return getattr(importlib.import_module(self.remote), function)(*args)
 
 
 BACKENDS: Registry[BackendSpec] = Registry("retrieval backend", "apcir.backends")
@@ -154,6 +165,15 @@ BACKENDS.add(BackendSpec(
     "opens it too)",
     "dense", build="apcir.retrieval.dense:write_faiss_index", open="apcir.retrieval.dense:open_faiss_index",
     needs="faiss-cpu (in the full extra)"))
+BACKENDS.add(BackendSpec(
+    "milvus", "SPLADE in Milvus (SPARSE_INVERTED_INDEX, exact): embedded Milvus Lite (index = milvus:PATH.db) or "
+    "a server or cluster (milvus://HOST:PORT/COLLECTION)",
+    "splade", build="apcir.retrieval.milvus:write_sparse", open="apcir.retrieval.milvus:open_sparse",
+    needs="pymilvus, and milvus-lite for a local .db (the milvus extra)", remote="apcir.retrieval.milvus"))
+BACKENDS.add(BackendSpec(
+    "milvus-dense", "bi-encoder embeddings in Milvus (FLAT index, exact inner product), Lite or a cluster as `milvus`",
+    "dense", build="apcir.retrieval.milvus:write_dense", open="apcir.retrieval.milvus:open_dense",
+    needs="pymilvus (+ milvus-lite)", remote="apcir.retrieval.milvus"))
 
 
 def encoder_backends() -> tuple[str, ...]:

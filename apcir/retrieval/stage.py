@@ -21,7 +21,8 @@ from apcir.contract.runs import write_run
 from apcir.contract.stage import Stage, StageContext, StageResult, an_output, not_an_input
 from apcir.errors import ApcirError
 from apcir.io import atomic_write
-from apcir.retrieval.backends import Backend, VectorBackend, can_encode, open_index
+from apcir.retrieval.backends import Backend, VectorBackend, can_encode, locate, open_index
+from apcir.retrieval.location import is_milvus
 from apcir.retrieval.manifest import is_foreign_lucene
 from apcir.retrieval.settings import RetrievalSettings
 
@@ -34,6 +35,13 @@ def ensure_index(settings: RetrievalSettings, *, progress: bool = True) -> tuple
     """
     from apcir.retrieval.build import build_index
 
+    if is_milvus(settings.index):
+        result = None
+        if settings.collection is None:
+            return locate(settings.index), f"{settings.index} (no collection configured: used as it is)"
+        result = build_index(settings.collection, settings.backend, settings.index, settings.encoder,
+                             progress=progress)
+        return result.out_dir, result.message
     index_dir = Path(settings.index).expanduser()
     if is_foreign_lucene(index_dir):
         return index_dir, f"{index_dir} is a Lucene index apcir did not build; used as it is"

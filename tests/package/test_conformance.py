@@ -39,13 +39,14 @@ def test_every_encoder_kind_has_a_test_model():
 def test_every_backend_builds_searches_and_reports_its_capabilities(backend, small, tmp_path):
     from apcir.retrieval.backends import VectorBackend, can_encode, open_index
     from apcir.retrieval.build import build_index
+    from apcir.retrieval.location import index_folder
     from apcir.retrieval.settings import RetrievalSettings
     from apcir.retrieval.stage import passage_texts_for
 
     _, collection, _, chosen = small
     spec = BACKENDS.get(backend)
     model = MODELS[spec.encoder] if spec.encoder else None
-    out = tmp_path / "index"
+    out = f"milvus:{tmp_path / 'index.db'}" if spec.remote else tmp_path / "index"  # a database's location
     result = build_index(collection, backend, out, model, progress=False)
     assert result.manifest.backend == backend and result.manifest.passages > 0
     index = open_index(out, model)
@@ -58,13 +59,13 @@ def test_every_backend_builds_searches_and_reports_its_capabilities(backend, sma
     assert can_encode(index) == (spec.encoder is not None)
     if spec.encoder is not None and ENCODER_KINDS.get(spec.encoder).sparse:
         assert isinstance(index, VectorBackend)
-    store = spec.text_store(out)
+    store = spec.text_store(index_folder(out))
     if store is not None:
         some = list(passages)[:3]
         assert store.texts(some) == {p: passages[p] for p in some}
     settings = RetrievalSettings(backend=backend, index=str(out), collection=str(collection),
                                  **({"encoder": model} if model else {}))
-    assert passage_texts_for(settings, out) is not None
+    assert passage_texts_for(settings, index_folder(out)) is not None
 
 
 def _rankgpt_reply(body):

@@ -1,0 +1,110 @@
+"""Where an index lives: a directory, or a collection in a vector database named by a URI.
+
+Most backends keep their index in a directory. The ``milvus`` backends keep it
+in Milvus, named by a location::
+
+    milvus:PATH.db                   Milvus Lite, embedded: a local database (a directory Milvus creates)
+    milvus:PATH.db#NAME              ... the collection NAME in it (default: apcir)
+    milvus://HOST:PORT/COLLECTION    a Milvus server or cluster (gRPC/HTTP on PORT, usually 19530)
+    milvus+https://HOST:PORT/COLLECTION   the same over TLS (e.g. Zilliz Cloud)
+
+A token for a server is read from ``$APCIR_MILVUS_TOKEN`` (``user:password`` or
+an API key); it is never written into a manifest, a config or a run directory.
+
+Every index also has a local *folder*: for a directory index the directory
+itself; for a Milvus index a companion folder holding what apcir keeps beside
+the vectors (``manifest.json``, the collection's passage offsets, the
+resumable build's chunks): ``PATH.db.apcir/`` next to a Milvus Lite database,
+``$APCIR_CACHE_DIR/../milvus/HOST-PORT/COLLECTION/`` (default
+``~/.cache/apcir/milvus/...``) for a server. The manifest is also stored in the
+collection itself, so another machine pointed at the same cluster restores the
+folder from it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from apcir.errors import ApcirError
+
+SCHEME = "milvus"
+TOKEN_ENV = "APCIR_MILVUS_TOKEN"
+DEFAULT_COLLECTION = "apcir"
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
+
+
+@dataclass(frozen=True)
+class MilvusLocation:
+    """A collection in Milvus: the client's ``uri`` (a ``.db`` path for Milvus Lite) and the collection name."""
+
+    uri: str
+    collection: str
+    lite: bool
+
+    def __str__(self) -> str:
+        if self.lite:
+            suffix = "" if self.collection == DEFAULT_COLLECTION else f"#{self.collection}"
+            return f"{SCHEME}:{self.uri}{suffix}"
+        scheme, _, rest = self.uri.partition("://")
+        prefix = SCHEME if scheme == "http" else f"{SCHEME}+{scheme}"
+        return f"{prefix}://{rest}/{self.collection}"
+
+    @property
+    def folder(self) -> Path:
+        """The local companion folder (manifest, offsets, build chunks)."""
+        if self.lite:
+            return Path(self.uri + ".apcir")
+        host = self.uri.partition("://")[2].replace(":", "-").replace("/", "-")
+        env = os.environ.get("APCIR_CACHE_DIR")
+        base = Path(env).expanduser().parent if env else Path(
+            os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "apcir"
+        return base / "milvus" / host / self.collection
+
+    @staticmethod
+    def token() -> str:
+        return os.environ.get(TOKEN_ENV, "")
+
+
+def is_milvus(text: str | Path) -> bool:
+    return str(text).startswith((f"{SCHEME}:", f"{SCHEME}+"))
+
+
+def parse_milvus(text: str | Path) -> MilvusLocation:
+    """A ``milvus:`` location (see the module). A path given through ``pathlib`` (``milvus:/host:port/c``, one
+    slash) is read as the server form unless it ends in ``.db``."""
+    raw = str(text)
+    scheme, _, rest = raw.partition(":")
+    transport = "http"
+    if scheme.startswith(f"{SCHEME}+"):
+        transport = scheme.split("+", 1)[1]
+        if transport not in ("http", "https"):
+            raise ApcirError(f"{raw}: unknown transport {transport!r} (milvus:// or milvus+https://)")
+    elif scheme != SCHEME:
+        raise ApcirError(f"{raw} is not a milvus: location")
+    path, _, name = rest.partition("#")
+    if path.endswith(".db") and transport == "http" and not path.startswith("//"):
+        lite_path = Path(path).expanduser().resolve()
+        location = MilvusLocation(str(lite_path), name or DEFAULT_COLLECTION, lite=True)
+    else:
+        server = path.lstrip("/")
+        host, _, collection = server.partition("/")
+        if not host or not collection or "/" in collection or name:
+            raise ApcirError(f"{raw}: expected milvus:PATH.db (Milvus Lite) or milvus://HOST:PORT/COLLECTION "
+                             "(a server)")
+        if ":" not in host:
+            host += ":19530"
+        location = MilvusLocation(f"{transport}://{host}", collection, lite=False)
+    if not _NAME.match(location.collection):
+        raise ApcirError(f"{raw}: collection name {location.collection!r} must be letters, digits and _ (not "
+                         "starting with a digit)")
+    return location
+
+
+def index_folder(index: str | Path) -> Path:
+    """The local folder of an index: the directory itself, or a Milvus location's companion folder."""
+    if is_milvus(index):
+        return parse_milvus(index).folder
+    return Path(index).expanduser()

@@ -1,0 +1,174 @@
+"""The milvus backend on Milvus Lite (embedded Milvus): the demo's runs equal the embedded engine's, a killed
+build resumes without losing or duplicating a passage, bad locations and foreign collections are one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pymilvus")
+pytest.importorskip("milvus_lite")
+pytest.importorskip("sentence_transformers")
+
+from apcir import datasets
+from apcir.contract.runs import load_run
+from apcir.retrieval import build_index
+from apcir.retrieval.location import parse_milvus
+from apcir.retrieval.milvus import PROGRESS, connect
+
+REL_TOLERANCE = 1e-6  # float32 sums in another order: the last bits of a score
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("embedded") / "index"
+    build_index("ikat23-provenance", "embedded", out, "splade-tiny", progress=False)
+    return out
+
+
+def _queries(path: Path) -> Path:
+    turns = [t for t in datasets.topics("ikat23-test") if t.manual_rewrite]
+    path.write_text("".join(f"{t.turn_id}\t{t.manual_rewrite}\n" for t in turns))
+    return path
+
+
+def assert_same_run(milvus: dict, embedded: dict) -> int:
+    """Same turns, same passages at every depth; scores equal up to float32 rounding; the order differs only
+    between passages whose scores are equal up to that rounding. Returns the number of turns ordered differently."""
+    assert milvus.keys() == embedded.keys()
+    reordered = 0
+    for turn, hits in embedded.items():
+        theirs = milvus[turn]
+        assert set(theirs) == set(hits), turn
+        for pid, score in hits.items():
+            assert abs(theirs[pid] - score) <= REL_TOLERANCE * abs(score), (turn, pid)
+        if list(theirs) != list(hits):
+            reordered += 1
+            for a, b in zip(theirs, hits):
+                if a != b:  # a swap: both scores equal up to rounding
+                    assert abs(hits[a] - hits[b]) <= 2 * REL_TOLERANCE * abs(hits[b]), (turn, a, b)
+    return reordered
+
+
+def test_milvus_build_then_retrieve_equals_the_embedded_engine_on_the_demo(tmp_path, embedded, run_cli):
+    db = tmp_path / "m.db"
+    code, out, err = run_cli("index", "build", "--backend", "milvus", "--collection", "ikat23-provenance",
+                             "--encoder", "splade-tiny", "--out", f"milvus:{db}")
+    assert code == 0, err
+    assert "milvus index of ikat23-provenance" in out and db.is_dir()
+    manifest = json.loads((tmp_path / "m.db.apcir" / "manifest.json").read_text())
+    assert manifest["backend"] == "milvus" and manifest["location"] == f"milvus:{db}" and manifest["passages"] == 894
+
+    queries = _queries(tmp_path / "q.tsv")
+    for index, run in ((f"milvus:{db}", tmp_path / "milvus.run"), (str(embedded), tmp_path / "embedded.run")):
+        code, _, err = run_cli("retrieve", "--index", index, "--queries", str(queries), "--k", "1000",
+                               "--out", str(run))
+        assert code == 0, err
+    reordered = assert_same_run(load_run(tmp_path / "milvus.run"), load_run(tmp_path / "embedded.run"))
+    assert reordered < 10  # measured: 1 of 206 turns
+
+    # a second build is recognised as up to date, through the collection's own manifest too
+    code, out, _ = run_cli("index", "build", "--backend", "milvus", "--collection", "ikat23-provenance",
+                           "--encoder", "splade-tiny", "--out", f"milvus:{db}")
+    assert code == 0 and "up to date" in out
+    (tmp_path / "m.db.apcir" / "manifest.json").unlink()  # another machine: no local folder
+    code, out, err = run_cli("index", "info", f"milvus:{db}", "--json")
+    assert code == 0 and json.loads(out)["location"] == f"milvus:{db}", err
+
+
+def test_apcir_run_with_backend_milvus_equals_the_embedded_backend(small, tmp_path, run_cli, monkeypatch):
+    root, collection, index, chosen = small
+    monkeypatch.chdir(tmp_path)
+    metrics = {}
+    for name, retrieval in (("emb", f'index = "{index}"\n'),
+                            ("mil", f'backend = "milvus"\nindex = "milvus:{tmp_path / "r.db"}"\n')):
+        config = tmp_path / f"{name}.toml"
+        config.write_text(f'name = "{name}"\nturns = {json.dumps(chosen)}\n[reformulator]\nmethod = "heuristic"\n'
+                          f'[retrieval]\n{retrieval}collection = "{collection}"\n'
+                          '[fusion.weights]\nfolds = 2\nstep = 0.1\nbootstrap = 50\n'
+                          '[fusion]\nbaselines = ["no-levels"]\n'
+                          '[evaluation]\nqrels = "ikat23-test-provenance"\n')
+        code, _, err = run_cli("run", str(config), "--no-progress")
+        assert code == 0, err
+        metrics[name] = json.loads((tmp_path / "runs" / name / "metrics.json").read_text())
+        lists = tmp_path / "runs" / name / "lists"
+        metrics[name + "-runs"] = {p.name: load_run(p) for p in sorted(lists.glob("*.run*"))}
+    assert metrics["mil-runs"].keys() == metrics["emb-runs"].keys() and metrics["mil-runs"]
+    for key in metrics["emb-runs"]:
+        assert_same_run(metrics["mil-runs"][key], metrics["emb-runs"][key])
+    assert json.dumps(metrics["mil"]["systems"], sort_keys=True) == json.dumps(metrics["emb"]["systems"],
+                                                                               sort_keys=True)
+
+
+def _ids_in(location: str) -> list[str]:
+    where = parse_milvus(location)
+    client = connect(where)
+    try:
+        client.load_collection(where.collection)
+        rows = client.query(where.collection, filter='id != ""', output_fields=["id"], limit=16_384)
+    finally:
+        client.close()
+    return [row["id"] for row in rows]
+
+
+def test_a_milvus_build_killed_mid_insert_resumes_with_every_passage_once(tmp_path, embedded):
+    db = tmp_path / "k.db"
+    command = [sys.executable, "-m", "apcir", "index", "build", "--backend", "milvus", "--collection",
+               "ikat23-provenance", "--encoder", "splade-tiny", "--vectors-from", str(embedded), "--chunk-size", "10", "--out", f"milvus:{db}"]
+    progress = tmp_path / "k.db.apcir" / "_build" / PROGRESS
+    job = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and job.poll() is None:
+        if progress.exists() and json.loads(progress.read_text() or "{}").get("chunks", 0) >= 3:
+            break
+        time.sleep(0.02)
+    assert job.poll() is None, job.stderr.read().decode() if job.stderr else ""
+    os.killpg(job.pid, signal.SIGKILL)  # the build and Milvus Lite's server with it
+    job.wait()
+    written = json.loads(progress.read_text())["chunks"]
+    assert 3 <= written < 90
+    assert not (tmp_path / "k.db.apcir" / "manifest.json").exists()
+
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    ids = _ids_in(f"milvus:{db}")
+    collection = [p.id for p in datasets.iter_collection(datasets.collection_path("ikat23-provenance"))]
+    assert len(ids) == len(set(ids)) == 894 and set(ids) == set(collection)
+
+
+def test_bad_milvus_locations_and_collections_are_one_line(tmp_path, run_cli):
+    def one_line(*args: str) -> str:
+        code, _, err = run_cli(*args)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+        return err
+
+    assert "cannot reach Milvus at milvus://127.0.0.1:9/c" in one_line(
+        "retrieve", "--index", "milvus://127.0.0.1:9/c", "--queries", str(_queries(tmp_path / "q.tsv")),
+        "--out", str(tmp_path / "x.run"))
+    assert "expected milvus:PATH.db" in one_line(
+        "index", "build", "--backend", "milvus", "-c", "ikat23-provenance", "--out", "milvus://nohost")
+    assert "lives in Milvus" in one_line(
+        "index", "build", "--backend", "milvus", "-c", "ikat23-provenance", "--out", str(tmp_path / "dir"))
+    assert "is a Milvus location" in one_line(
+        "index", "build", "-c", "ikat23-provenance", "--out", f"milvus:{tmp_path / 'e.db'}")
+
+    from pymilvus import DataType
+
+    foreign = parse_milvus(f"milvus:{tmp_path / 'f.db'}#theirs")
+    client = connect(foreign)
+    schema = client.create_schema(auto_id=True)
+    schema.add_field("pk", DataType.INT64, is_primary=True)
+    schema.add_field("v", DataType.FLOAT_VECTOR, dim=4)
+    client.create_collection("theirs", schema=schema)
+    client.close()
+    for args in (("index", "info", str(foreign)),
+                 ("index", "build", "--backend", "milvus", "-c", "ikat23-provenance", "-e", "splade-tiny",
+                  "--out", str(foreign))):
+        assert "was not built by apcir" in one_line(*args) or "not built by apcir" in one_line(*args)
