@@ -43,6 +43,7 @@ from apcir.contract.layout import RunLayout
 from apcir.contract.records import Passage, Qrels, Turn
 from apcir.contract.reformulations import ReformulationRecord
 from apcir.contract.responses import ResponseRecord
+from apcir.contract.runs import run_stem
 from apcir.contract.weights import WeightsFile
 from apcir.errors import ApcirError
 
@@ -106,7 +107,7 @@ def load_run(path: PathLike) -> Run:
     """A TREC run file (``turn Q0 passage rank score tag``) as a :class:`Run` named after the file."""
     from apcir.contract.runs import load_run as _load
 
-    return Run(_load(Path(path)), name=Path(path).stem)
+    return Run(_load(Path(path)), name=run_stem(Path(path)))
 
 
 def save_run(run: Mapping[str, Mapping[str, float]], path: PathLike, tag: str | None = None,
@@ -311,13 +312,16 @@ class RunDirectory:
     @property
     def systems(self) -> dict[str, Run]:
         """Every evaluated system's run (``systems/*.run``; re-ranked ones are ``<system>+<re-ranker>``)."""
-        return self._once("systems", lambda: {p.stem: load_run(p) for p in
-                                              sorted(self.layout.systems_dir.glob("*.run"))})
+        from apcir.contract.fusion import load_fusion_record
+
+        record = load_fusion_record(self.layout.fusion_record) if self.layout.fusion_record.exists() else None
+        return self._once("systems", lambda: {name: load_run(path)
+                                              for name, path in self.layout.system_runs(record).items()})
 
     @property
     def lists(self) -> dict[str, Run]:
         """The three fused lists (rewrite, rewrite_response, third) and manual.run when built."""
-        return self._once("lists", lambda: {p.stem: load_run(p) for p in sorted(self.layout.lists_dir.glob("*.run"))})
+        return self._once("lists", lambda: {name: load_run(path) for name, path in self.layout.list_runs().items()})
 
     @property
     def fused(self) -> Run:

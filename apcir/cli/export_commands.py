@@ -11,7 +11,7 @@ from apcir import datasets
 from apcir.cli.common import console, err_console, settings
 from apcir.contract.reformulations import load_reformulations, reformulation_statements, warn_unknown_statements
 from apcir.contract.responses import load_responses
-from apcir.contract.runs import read_run_file
+from apcir.contract.runs import read_run_file, run_stem
 from apcir.errors import ApcirError
 from apcir.io import check_writable, refuse_inputs_as_outputs
 from apcir.responses.ptkb import load_ptkb_run
@@ -74,7 +74,7 @@ def export_command(
     if answers:
         warn_unknown_statements(turns, {t: r.ptkb_used for t, r in answers.items()}, str(responses))
     ranking = load_ptkb_run(ptkb_run, turns) if ptkb_run else None
-    inputs = SubmissionInputs(run=run_file.run, turns=turns, run_name=run_name or run_file.tag or run.stem,
+    inputs = SubmissionInputs(run=run_file.run, turns=turns, run_name=run_name or run_file.tag or run_stem(run),
                               run_type=options.run_type, team_id=options.team_id, reformulations=records,
                               passages=passages, mode=options.text, used_top=used_top, responses=answers,
                               ptkb=ranking, ptkb_mode=options.ptkb, eval_response=options.eval_response, year=year)

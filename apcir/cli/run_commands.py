@@ -91,7 +91,7 @@ def run_command(
     outputs = [("fused.run", "fused.run (TREC)"), ("responses.jsonl", "responses.jsonl"), ("ptkb.run", "ptkb.run"),
                (f"submission{experiment.export.suffix}",
                 f"submission{experiment.export.suffix} (iKAT {experiment.export.format})"),
-               ("systems", "systems/*.run"), ("metrics.json", "metrics.json"), ("report/report.md", "report/report.md"),
+               ("systems", "systems/*.run.gz"), ("metrics.json", "metrics.json"), ("report/report.md", "report/report.md"),
                ("inspect.html", "inspect.html (open in a browser)")]
     console.print(f"outputs in {report.run_dir}/: "
                   + ", ".join(label for name, label in outputs if (report.run_dir / name).exists()), highlight=False)

@@ -13,7 +13,10 @@ from apcir.io import read_json, write_json
 class FusionRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    systems: list[str] = Field(description="every system fusion wrote to systems/, in the order built")
+    systems: list[str] = Field(description="every system fusion built, in the order built")
+    refers: dict[str, str] = Field(
+        default_factory=dict, description="systems that are a list, by name: the list's run (relative to the run "
+        "directory), which is stored once, not copied into systems/")
     protocol: str = Field(description="how the APCIR weights were obtained, e.g. '5-fold CV by conversation'")
     tuned_on_test: list[str] = Field(default_factory=list,
                                      description="systems whose weights were tuned on the qrels they are evaluated on")

@@ -11,7 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from apcir.contract.fusion import FusionRecord
 from apcir.contract.reformulations import LIST_NAMES
+from apcir.contract.runs import is_run_file, run_stem
+
+RUN_SUFFIX = ".run.gz"
+"""Lists and systems are written gzipped (read transparently everywhere runs are read); ``fused.run``, the run a
+user submits and reads, is plain text."""
 
 
 @dataclass(frozen=True)
@@ -67,8 +73,12 @@ class RunLayout:
         return self.root / "lists"
 
     def list_run(self, name: str) -> Path:
-        """``lists/<name>.run``: rewrite, rewrite_response, third (the fused lists) or manual."""
-        return self.lists_dir / f"{name}.run"
+        """``lists/<name>.run.gz``: rewrite, rewrite_response, third (the fused lists) or manual."""
+        return self.lists_dir / f"{name}{RUN_SUFFIX}"
+
+    def list_runs(self) -> dict[str, Path]:
+        """Every list on disk (the three and ``manual`` when built), by name."""
+        return {run_stem(p): p for p in sorted(self.lists_dir.glob("*.run*")) if is_run_file(p)}
 
     def lists(self) -> dict[str, Path]:
         """The three lists APCIR fuses, in weight order."""
@@ -76,8 +86,8 @@ class RunLayout:
 
     @staticmethod
     def query_vectors(run_path: Path) -> Path:
-        """Where the query vectors of a list's run are kept (``lists/third.run`` -> ``lists/third.qvec.npz``)."""
-        return run_path.with_suffix(".qvec.npz")
+        """Where the query vectors of a list's run are kept (``lists/third.run.gz`` -> ``lists/third.qvec.npz``)."""
+        return run_path.with_name(f"{run_stem(run_path)}.qvec.npz")
 
     @property
     def tune_dir(self) -> Path:
@@ -102,8 +112,23 @@ class RunLayout:
         return self.root / "systems"
 
     def system(self, name: str) -> Path:
-        """``systems/<name>.run`` (a re-ranked one is ``<system>+<re-ranker>``)."""
-        return self.systems_dir / f"{name}.run"
+        """``systems/<name>.run.gz`` (a re-ranked one is ``<system>+<re-ranker>``): where fusion writes a system."""
+        return self.systems_dir / f"{name}{RUN_SUFFIX}"
+
+    def system_run(self, name: str, record: FusionRecord | None = None) -> Path:
+        """Where a system's run is: the list it is (``record.refers``, e.g. ``list-rewrite`` is
+        ``lists/rewrite.run.gz``: stored once), else :meth:`system`."""
+        if record is not None and name in record.refers:
+            return self.root / record.refers[name]
+        return self.system(name)
+
+    def system_runs(self, record: FusionRecord | None = None) -> dict[str, Path]:
+        """Every system's run on disk, by name: the files of ``systems/`` and the lists the record refers to."""
+        found = {run_stem(p): p for p in sorted(self.systems_dir.glob("*.run*")) if is_run_file(p)}
+        if record is not None:
+            found.update({name: self.root / path for name, path in record.refers.items()
+                          if (self.root / path).exists()})
+        return found
 
     def system_weights(self, name: str) -> Path:
         """The weights of a tuned system other than APCIR (APCIR's are ``weights.json``), tuned on all judged turns."""

@@ -14,10 +14,13 @@ Reading is strict about the shape of each line and collects everything else
 
 from __future__ import annotations
 
+import gzip
 import math
+import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -25,8 +28,10 @@ from apcir.console import shown
 from apcir.contract.records import Run
 from apcir.errors import ApcirError
 from apcir.ids import canonical_turn_id
-from apcir.io import atomic_write, iter_lines, read_bytes
+from apcir.io import atomic_write, decode, read_bytes
 
+GZIP_LEVEL = 6
+"""zlib level of ``.run.gz`` files: about 4x smaller than the text."""
 ORDER = "score as a 32-bit float descending, ties by passage id descending (trec_eval's order)"
 
 
@@ -37,13 +42,32 @@ def trec_order(scores: np.ndarray) -> np.ndarray:
 
 
 def ranking(scores: Mapping[str, float], depth: int | None = None) -> list[tuple[str, float]]:
-    """``(passage, score)`` pairs of one turn in the ranking order, cut at ``depth``."""
+    """``(passage, score)`` pairs of one turn in the ranking order, cut at ``depth``.
+
+    Hits already in that order (a search engine's output) are taken as they are, after a linear check."""
+    pairs = list(scores.items())
+    if _in_ranking_order(pairs):
+        return pairs if depth is None else pairs[:depth]
     ids = sorted(scores)
     values = np.fromiter((scores[p] for p in ids), dtype=np.float64, count=len(ids))
     order = trec_order(values)
     if depth is not None:
         order = order[:depth]
     return [(ids[i], scores[ids[i]]) for i in order]
+
+
+def _in_ranking_order(pairs: list[tuple[str, float]]) -> bool:
+    """Whether the pairs are in the ranking order already: 32-bit scores not increasing, and passages of equal
+    32-bit scores in descending id order."""
+    if len(pairs) < 2:
+        return bool(not pairs or math.isfinite(pairs[0][1]))
+    values = np.array([score for _, score in pairs], dtype=np.float64).astype(np.float32)
+    if not np.isfinite(values).all():
+        return False
+    steps = values[1:] - values[:-1]
+    if (steps > 0).any():
+        return False
+    return all(pairs[i][0] > pairs[i + 1][0] for i in np.flatnonzero(steps == 0).tolist())
 
 
 def cut(run: Run, depth: int) -> Run:
@@ -118,15 +142,32 @@ def read_run_file(path: Path) -> RunFile:
     return RunFile(run=run, ranks=ranks, tag=tag, problems=problems)
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def run_stem(path: Path) -> str:
+    """A run file's name without ``.run``, ``.run.gz`` or ``.gz`` (``systems/apcir.run.gz`` -> ``apcir``)."""
+    name = Path(path).name
+    for suffix in (".run.gz", ".run", ".gz"):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return Path(path).stem
+
+
+def is_run_file(path: Path) -> bool:
+    return Path(path).name.endswith((".run", ".run.gz"))
+
+
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """The lines of a run file: decoded at once when it is valid UTF-8 (fast), else line by line (to name the line)."""
+    """The lines of a run file (gzipped ones are read as they are, whatever their name): decoded at once when
+    valid UTF-8 (fast), else line by line (to name the line)."""
     data = read_bytes(path, "run file")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        yield from iter_lines(path, "run file")
-        return
-    yield from enumerate(text.splitlines(), start=1)
+    if data[:2] == GZIP_MAGIC:
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise ApcirError(f"run file is a damaged gzip file ({exc})", path=path) from None
+    yield from enumerate(decode(data, path, "run file").splitlines(), start=1)
 
 
 def load_run(path: Path) -> Run:
@@ -137,17 +178,24 @@ def load_run(path: Path) -> Run:
 def write_run(run: Run, path: Path, tag: str = "apcir", depth: int | None = None) -> Run:
     """Write a TREC run atomically: turns sorted, hits in the ranking order (cut at ``depth``), ranks from 1.
 
-    Returns the run as written (each turn cut at ``depth``, in the ranking order).
+    A path ending in ``.gz`` is written gzipped (reproducibly: no time stamp in the header). Returns the run as
+    written (each turn cut at ``depth``, in the ranking order).
     """
     if any(c.isspace() for c in tag) or not tag:
         raise ApcirError(f"run tag {tag!r} must be one non-empty word")
     written: Run = {}
-    with atomic_write(path) as out:
+    compressed = Path(path).name.endswith(".gz")
+    with atomic_write(path, "wb" if compressed else "w") as handle:
+        out: Any = (gzip.GzipFile(fileobj=handle, mode="wb", compresslevel=GZIP_LEVEL, mtime=0, filename="")
+                    if compressed else handle)
         for turn_id in sorted(run):
             hits = ranking(run[turn_id], depth)
             written[turn_id] = dict(hits)
-            out.write("".join([f"{turn_id} Q0 {passage} {rank} {score!r} {tag}\n"
-                               for rank, (passage, score) in enumerate(hits, start=1)]))
+            text = "".join([f"{turn_id} Q0 {passage} {rank} {score!r} {tag}\n"
+                            for rank, (passage, score) in enumerate(hits, start=1)])
+            out.write(text.encode("utf-8") if compressed else text)
+        if compressed:
+            out.close()
     return written
 
 

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from apcir import datasets
+from apcir.contract.fusion import load_fusion_record
+from apcir.contract.layout import RunLayout
 from apcir.contract.reformulations import LIST_NAMES, load_reformulations
 from apcir.contract.responses import load_responses
 from apcir.contract.runs import load_run, ranking
@@ -125,10 +127,11 @@ def gather(run_dirs: list[Path]) -> dict[str, Any]:
             order = turns
         records = load_reformulations(run_dir / "reformulations.jsonl") \
             if (run_dir / "reformulations.jsonl").exists() else {}
-        lists = {f: load_run(run_dir / "lists" / f"{f}.run") for f in LIST_NAMES
-                 if (run_dir / "lists" / f"{f}.run").exists()}
-        systems = {p.stem: load_run(p) for p in sorted((run_dir / "systems").glob("*.run"))} \
-            if (run_dir / "systems").is_dir() else {}
+        layout = RunLayout(run_dir)
+        on_disk = layout.list_runs()
+        lists = {f: load_run(on_disk[f]) for f in LIST_NAMES if f in on_disk}
+        record = load_fusion_record(layout.fusion_record) if layout.fusion_record.exists() else None
+        systems = {name: load_run(path) for name, path in layout.system_runs(record).items()}
         fused = load_run(run_dir / "fused.run") if (run_dir / "fused.run").exists() else systems.get("apcir", {})
         responses = load_responses(run_dir / "responses.jsonl") if (run_dir / "responses.jsonl").exists() else {}
         pathways = _pathways(run_dir / "responses.pathways.jsonl")

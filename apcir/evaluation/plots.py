@@ -136,22 +136,21 @@ def weight_landscape(run: RunMetrics, run_dir: Path, out: Path, step: str = "0.0
     the surface), with the weights of ``weights.json``, equal weights and the paper's marked, and the weights
     chosen in the bootstrap resamples of ``weights.json``'s evidence (dot size: how often)."""
     from apcir import datasets
+    from apcir.contract.fusion import load_fusion_record
+    from apcir.contract.layout import RunLayout
     from apcir.contract.levels import load_levels
     from apcir.contract.runs import load_run
     from apcir.contract.weights import load_weights
     from apcir.fusion.grid import GridSearch
     from apcir.fusion.tuning import objective_measures
 
-    lists = [run_dir / "lists" / f"{name}.run" for name in ("rewrite", "rewrite_response", "third")]
+    layout = RunLayout(run_dir)
+    lists = list(layout.lists().values())
     if not all(p.exists() for p in lists) or not (run_dir / "weights.json").exists():
         return []
     weights = load_weights(run_dir / "weights.json")
     # the levels the fusion used: levels.tsv (a failed reformulation's fallback level included), or the
     # annotators' under [fusion] levels = "annotators"
-    from apcir.contract.fusion import load_fusion_record
-    from apcir.contract.layout import RunLayout
-
-    layout = RunLayout(run_dir)
     oracle = layout.fusion_record.exists() and load_fusion_record(layout.fusion_record).levels == "annotators"
     levels_file = layout.annotator_levels if oracle else layout.levels
     if not levels_file.exists():

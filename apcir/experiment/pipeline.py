@@ -180,7 +180,7 @@ class Experiment:
     def rerank(self, index: Path, records: dict[str, ReformulationRecord],
                manual_records: dict[str, ReformulationRecord]) -> tuple[dict[str, tuple[str, str]], Path | None]:
         """Every ``[[rerank]]`` entry over its systems; returns {re-ranked system: (base, key)} and the run to submit."""
-        built = load_fusion_record(self.layout.fusion_record).systems
+        built = load_fusion_record(self.layout.fusion_record)
         reranked: dict[str, tuple[str, str]] = {}
         submission: Path | None = None
         for settings in self.config.rerank:
@@ -195,8 +195,7 @@ class Experiment:
         return reranked, submission
 
     def evaluate(self, turns: list[Turn], reranked: dict[str, tuple[str, str]]) -> None:
-        stage = plan.evaluate(self.config, self.layout, turns, load_fusion_record(self.layout.fusion_record).systems,
-                              reranked)
+        stage = plan.evaluate(self.config, self.layout, turns, load_fusion_record(self.layout.fusion_record), reranked)
         if stage is None:
             return
         self.run(stage)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from apcir import datasets
+from apcir.contract.fusion import FusionRecord
 from apcir.contract.layout import RunLayout
 from apcir.contract.levels import ANNOTATORS
 from apcir.contract.records import Turn
@@ -74,14 +75,15 @@ def fuse(config: ExperimentConfig, layout: RunLayout, index: Path, turns: list[T
         passages_file(config), layout, turns, records, given)
 
 
-def rerank(config: ExperimentConfig, layout: RunLayout, settings: RerankSettings, built: list[str], index: Path,
+def rerank(config: ExperimentConfig, layout: RunLayout, settings: RerankSettings, record: FusionRecord, index: Path,
            records: dict[str, ReformulationRecord],
            manual_records: dict[str, ReformulationRecord]) -> tuple[RerankStage, list[str]]:
     """One ``[[rerank]]`` entry's stage, and the systems it names that were not built."""
     key = settings.label
+    built = record.systems
     wanted = list(built) if settings.systems == "all" else list(settings.systems)
     absent = [name for name in wanted if name not in built]
-    runs = {f"{name}+{key}": layout.system(name) for name in wanted if name in built}
+    runs = {f"{name}+{key}": layout.system_run(name, record) for name in wanted if name in built}
     bases = {f"{name}+{key}": name for name in wanted if name in built}
     outs = {target: layout.system(target) for target in runs}
     if settings.submit:
@@ -123,7 +125,7 @@ def reranker_infos(entries: list[RerankSettings]) -> dict[str, RerankerInfo]:
                                   model=r.model_name, depth=r.depth, field=r.field) for r in entries}
 
 
-def evaluate(config: ExperimentConfig, layout: RunLayout, turns: list[Turn], systems: list[str],
+def evaluate(config: ExperimentConfig, layout: RunLayout, turns: list[Turn], record: FusionRecord,
              reranked: dict[str, tuple[str, str]]) -> EvaluateStage | None:
     settings = config.evaluation
     if settings.qrels is None:
@@ -133,7 +135,8 @@ def evaluate(config: ExperimentConfig, layout: RunLayout, turns: list[Turn], sys
                  "encoder": config.retrieval.encoder if config.retrieval.uses_encoder else None}
     return EvaluateStage(
         config.name, config.topics, datasets.topics_path(config.topics), turns,
-        {name: layout.system(name) for name in [*systems, *reranked]}, layout.fusion_record, layout.levels,
+        {name: layout.system_run(name, record) for name in [*record.systems, *reranked]}, layout.fusion_record,
+        layout.levels,
         datasets.qrels_path(settings.qrels), settings, layout.responses,
         ptkb_runs if settings.ptkb_qrels else None,
         datasets.qrels_path(settings.ptkb_qrels) if settings.ptkb_qrels else None, retrieval, reranked,
@@ -148,7 +151,7 @@ def nugget_file(name: str) -> Path:
 
 def inspect(layout: RunLayout) -> InspectStage:
     sources = [layout.metrics, layout.reformulations, layout.responses, layout.fused]
-    sources += sorted(layout.lists_dir.glob("*.run")) + sorted(layout.systems_dir.glob("*.run"))
+    sources += list(layout.list_runs().values()) + list(layout.system_runs().values())
     return InspectStage([p for p in sources if p.exists()], TEMPLATE, layout.root, layout.inspector)
 
 

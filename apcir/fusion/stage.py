@@ -249,7 +249,10 @@ class FuseStage(Stage):
                               protocol=protocol)
         systems = dict(tuned.runs)
         oracle = self.fusion.levels == ANNOTATORS
-        fixed = of_kind(names, "fixed")
+        refers = {name: self.layout.list_run(str(SYSTEMS.get(name).stored_as)) for name in names
+                  if SYSTEMS.get(name).stored_as is not None}  # a list's ranking is stored once, in lists/
+        refers = {name: path for name, path in refers.items() if path.exists()}
+        fixed = [name for name in of_kind(names, "fixed") if name not in refers]
         if fixed:
             inputs = SystemInputs(lists=lists, norm=self.fusion.norm, depth=self.fusion.depth,
                                   seed=weights_cfg.seed, rrf_k=self.fusion.rrf_k)
@@ -258,16 +261,14 @@ class FuseStage(Stage):
                 stored = self.layout.query_vectors(self.layout.list_run("third"))
                 text_inputs(inputs, self.turns, self.records, context, stored, needs)
             systems.update(fixed_systems(inputs, fixed))
-        for name in of_kind(names, "retrieved"):
-            path = self.layout.list_run(name)
-            if path.exists():
-                systems[name] = context.read_run(path)
         for name in of_kind(names, "representation"):
             fused_query = qr_fusion_run(context, self.records, tuned.turn_weights, self.fusion.depth, self.backend)
             if fused_query is not None:
                 systems[name] = fused_query
         for name, run in systems.items():
             context.write_run(run, self.layout.system(name), f"{self.experiment}-{name}", self.fusion.depth)
+        for name in refers:
+            self.layout.system(name).unlink(missing_ok=True)  # a copy an earlier version wrote
         context.write_run(tuned.submission, self.layout.fused, self.experiment, self.fusion.depth)
         tuned.weights.save(self.layout.weights)
         if tuned.folds:
@@ -280,7 +281,10 @@ class FuseStage(Stage):
             variant_weights.save(self.layout.system_weights(name))
         protocol = tuned.protocol + ("; levels from the annotators' PTKB provenance (an oracle: uses annotations)"
                                      if oracle else "")
-        FusionRecord(systems=list(systems), protocol=protocol,
+        built = list(tuned.runs) + [name for kind in ("fixed", "retrieved", "representation")
+                                    for name in of_kind(names, kind) if name in systems or name in refers]
+        FusionRecord(systems=built + [n for n in systems if n not in built], protocol=protocol,
+                     refers={name: path.relative_to(self.layout.root).as_posix() for name, path in refers.items()},
                      tuned_on_test=[n for n in tuned.runs if tuned.tuned_on_test], levels=self.fusion.levels,
                      annotated=[n for n in systems if oracle and uses_levels(n)]).save(self.layout.fusion_record)
-        return StageResult(f"{len(systems)} systems fused; weights: {protocol}")
+        return StageResult(f"{len(systems) + len(refers)} systems fused; weights: {protocol}")

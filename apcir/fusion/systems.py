@@ -97,6 +97,9 @@ class SystemSpec:
     build: Callable[[SystemInputs], Run] | None = None
     reformulator: str | None = None
     """A ``retrieved`` system: the reformulator whose rewrites it searches (``manual``)."""
+    stored_as: str | None = None
+    """A system that is one list's ranking (``list-rewrite``, ``manual``): the list, whose run file it refers
+    to in a run directory instead of a copy."""
     in_figures: bool = False
     """Drawn in the report's per-level figure beside APCIR and the baseline."""
     variant: Variant | None = None
@@ -147,13 +150,14 @@ SYSTEMS.add(SystemSpec("apcir-plateau", "APCIR, plateau optimum", ("fusion",),
                        "(ε: the bootstrap standard error at the argmax)", "tuned",
                        variant=Variant(rule=(("select", "plateau"),))))
 SYSTEMS.add(SystemSpec("manual", "Manual rewrite (HumanQR)", ("overall",),
-                       "the annotators' rewrite, retrieved alone", "retrieved", reformulator="manual", in_figures=True))
+                       "the annotators' rewrite, retrieved alone", "retrieved", reformulator="manual", in_figures=True,
+                       stored_as="manual"))
 for _index, _name in enumerate(LIST_NAMES):
     _labels = {"rewrite": ("q' alone", "the non-personalised rewrite, retrieved alone"),
                "rewrite_response": ("q'+r' alone", "rewrite plus pseudo-response alone"),
                "third": ("third alone", "q^u+r^u (levels b/c) or q''+r'' (level a) alone")}
     SYSTEMS.add(SystemSpec(f"list-{_name}", _labels[_name][0], ("overall",), _labels[_name][1], "fixed",
-                           build=_list(_index)))
+                           build=_list(_index), stored_as=_name))
 SYSTEMS.add(SystemSpec("no-personalisation", "No personalisation", ("weights",),
                        "w3 = 0; w1, w2 tuned per level with the same protocol", "tuned",
                        variant=Variant(constraint=no_third)))

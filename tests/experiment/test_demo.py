@@ -43,6 +43,32 @@ def test_demo_compares_every_system_and_is_valid(demo):
     assert len(metrics.systems["qr-fusion"].per_turn) == 74  # query-representation fusion, out-of-fold weights
 
 
+def test_demo_stores_each_run_once_and_gzipped(demo):
+    """A system that is a list refers to the list's run; lists and systems are .run.gz; fused.run is plain."""
+    import gzip
+
+    from apcir.api import RunDirectory
+    from apcir.contract.fusion import load_fusion_record
+    from apcir.contract.runs import load_run
+
+    config, _ = demo
+    run_dir = config.run_dir
+    record = load_fusion_record(run_dir / "systems" / "fusion.json")
+    assert record.refers == {"list-rewrite": "lists/rewrite.run.gz", "list-rewrite_response":
+                             "lists/rewrite_response.run.gz", "list-third": "lists/third.run.gz",
+                             "manual": "lists/manual.run.gz"}
+    stored = sorted(p.name for p in (run_dir / "systems").iterdir() if ".run" in p.name)
+    assert stored and all(name.endswith(".run.gz") for name in stored)
+    assert not any(name.startswith(("list-", "manual")) for name in stored)
+    assert all(p.name.endswith(".run.gz") for p in (run_dir / "lists").glob("*.run*"))
+    with gzip.open(run_dir / "systems" / "apcir.run.gz", "rt") as handle:
+        assert handle.readline().split()[1] == "Q0"
+    assert (run_dir / "fused.run").read_text().split("\n", 1)[0].split()[1] == "Q0"
+    systems = RunDirectory(run_dir).systems  # the Python API resolves the references
+    assert systems["list-third"] == load_run(run_dir / "lists" / "third.run.gz")
+    assert set(systems) >= set(record.systems)
+
+
 def test_demo_keeps_each_tuned_systems_weights_with_their_rule_and_evidence(demo):
     from apcir.contract.weights import load_weights
 

@@ -42,7 +42,7 @@ def test_annotator_levels_pick_the_weights_and_are_labelled_everywhere(small, ru
     assert record.annotated == ["apcir", "apcir-shrunk", "apcir-plateau"]
     # the submitted run is fused with the weights of each turn's annotator level
     weights = load_weights(run_dir / "weights.json")
-    lists = [load_run(run_dir / "lists" / f"{n}.run") for n in ("rewrite", "rewrite_response", "third")]
+    lists = [load_run(run_dir / "lists" / f"{n}.run.gz") for n in ("rewrite", "rewrite_response", "third")]
     assert load_run(run_dir / "fused.run") == fuse_linear(lists, oracle, weights, "minmax", 1000)
     metrics = report.metrics
     assert metrics is not None and "annotators' PTKB provenance" in metrics.protocol

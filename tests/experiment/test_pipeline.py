@@ -48,7 +48,7 @@ def test_second_run_makes_no_llm_requests_and_no_retrieval_calls(small, tmp_path
         first = run_experiment(cfg, progress=False)
         assert server.count == len(chosen) == first.llm_requests
         run_dir = cfg.run_dir
-        qr_fusion = load_run(run_dir / "systems" / "qr-fusion.run")  # one search per evaluated turn
+        qr_fusion = load_run(run_dir / "systems" / "qr-fusion.run.gz")  # one search per evaluated turn
         assert first.retrieval_calls == 4 * len(chosen) + len(qr_fusion)  # three lists, the manual rewrite
         for name in ("fused.run", "submission.json", "metrics.json", "weights.json", "weights-folds.json",
                      "levels.tsv", "environment.json", "config.json", "timings.json", "responses.jsonl", "ptkb.run",
@@ -140,8 +140,7 @@ def test_a_failed_turn_is_searched_with_its_utterance_and_asked_again_next_run(s
         assert first.failed_turns == [chosen[0]]
         levels = load_levels(cfg.run_dir / "levels.tsv")
         assert levels[chosen[0]] == "a", "a failed turn falls back to level a"
-        rewrite_run = (cfg.run_dir / "lists" / "rewrite.run").read_text()
-        assert f"\n{chosen[0]} Q0 " in "\n" + rewrite_run, "the failed turn is still searched"
+        assert chosen[0] in load_run(cfg.run_dir / "lists" / "rewrite.run.gz"), "the failed turn is still searched"
         requests = server.count
         broken["on"] = False
         second = run_experiment(cfg, progress=False)
@@ -172,7 +171,7 @@ def test_tune_on_other_conversations_then_apply_a_weights_file(small, tmp_path):
         # the same qrels file, but none of the evaluated turns was tuned on: held out, not "tuned on test"
         assert all(t.split("_")[0] in test_convs for t in tuned.metrics.systems["apcir"].per_turn)
         assert not any(s.tuned_on_test for s in tuned.metrics.systems.values())
-        assert (tuned_cfg.run_dir / "tune" / "lists" / "third.run").exists()
+        assert (tuned_cfg.run_dir / "tune" / "lists" / "third.run.gz").exists()
 
         base["name"], base["output_dir"] = "fromfile", str(root / "fromfile")
         base["fusion"]["weights"] = {"source": "file", "file": str(tuned_cfg.run_dir / "weights.json")}

@@ -92,10 +92,10 @@ def test_a_table_sent_to_a_file_keeps_its_full_rows(demo_run, tmp_path):
     import sys
 
     out = tmp_path / "table.txt"
-    run = demo_run / "systems" / "apcir.run"
+    run = demo_run / "systems" / "apcir.run.gz"
     with out.open("w") as handle:
         subprocess.run([sys.executable, "-c", "from apcir.cli.main import main; main()", "evaluate", str(run),
-                        str(demo_run / "systems" / "no-personalisation.run"), "--qrels", "ikat23-test-provenance",
+                        str(demo_run / "systems" / "no-personalisation.run.gz"), "--qrels", "ikat23-test-provenance",
                         "-m", "MRR", "-m", "nDCG@3", "-m", "Recall@10", "-m", "Recall@100", "-m", "P@20"],
                        stdout=handle, check=True, env={k: v for k, v in os.environ.items() if k != "COLUMNS"})
     text = out.read_text()
@@ -105,7 +105,7 @@ def test_a_table_sent_to_a_file_keeps_its_full_rows(demo_run, tmp_path):
 
 
 def test_per_turn_output_is_in_natural_turn_order(demo_run, run_cli):
-    code, out, _ = run_cli("evaluate", str(demo_run / "systems" / "apcir.run"), "--qrels", "ikat23-test-provenance",
+    code, out, _ = run_cli("evaluate", str(demo_run / "systems" / "apcir.run.gz"), "--qrels", "ikat23-test-provenance",
                            "--per-turn")
     assert code == 0
     turns = [line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│") and "_" in line]

@@ -106,7 +106,7 @@ def test_run_with_rerank_sections_prints_reranked_rows_and_writes_both_tables(sm
         for reranked in ("apcir+monot5", "apcir+rankgpt", "list-rewrite+monot5"):
             base = systems[reranked]["base"]
             assert systems[reranked]["means"]["Recall@100"] == pytest.approx(systems[base]["means"]["Recall@100"])
-        apcir = load_run(run_dir / "systems" / "apcir.run")
+        apcir = load_run(run_dir / "systems" / "apcir.run.gz")
         expected = sum(expected_windows(min(100, len(hits)), 20, 10) for hits in apcir.values())
         fused = load_run(run_dir / "fused.run")
         expected += sum(expected_windows(min(100, len(hits)), 20, 10) for hits in fused.values())
