@@ -115,7 +115,9 @@ def prepare_synthetic(out: Path, passages: int) -> None:
 
 
 def prepare_real(out: Path, passages: int) -> None:
-    source = sp.load_npz(DEMO_INDEX / "postings.npz").tocsr()  # vocabulary x 894, read only
+    from apcir.retrieval.embedded import load_embedded
+
+    source = sp.csr_matrix(load_embedded(DEMO_INDEX)[0], copy=True)  # vocabulary x 894
     vocab, n_source = source.shape
     docs = sp.csr_matrix(source.T)
     docs.sort_indices()

@@ -53,7 +53,8 @@ from apcir.retrieval.registry import BACKENDS, ENCODER_KINDS, BackendSpec
 
 WORK = "_build"
 CHUNK_SIZE = 10_000
-OWNED_OUTPUTS = (MANIFEST, "postings.npz", "ids.txt", "engine", "lucene", "vectors.npy", "docid", "index", WORK, OFFSETS,
+OWNED_OUTPUTS = (MANIFEST, "postings.npz", *(f"postings.{a}.npy" for a in ("indptr", "indices", "data", "local", "bounds")),
+                 "ids.txt", "ids.npy", "lucene", "vectors.npy", "docid", "index", WORK, OFFSETS,
                  "vocab.txt")
 
 

@@ -1,10 +1,22 @@
-"""The embedded SPLADE index: a scipy sparse matrix, an id map, a manifest. No server, no Java.
+"""The embedded SPLADE index: term-major postings as memory-mapped arrays, an id map, a manifest. No server, no Java.
 
 On disk (``indexes/<name>/``)::
 
-    manifest.json   model, length budgets, collection fingerprint, counts
-    postings.npz    term-major CSR matrix (vocabulary x passages, float32): an inverted index
-    ids.txt         passage ids, one per line, in column order
+    manifest.json          model, length budgets, collection fingerprint, counts
+    postings.indptr.npy    term-major CSR (vocabulary x passages): int64 offsets of each term's postings,
+    postings.indices.npy   int32 passage numbers (sorted within a term),
+    postings.data.npy      float32 impacts: an inverted index
+    postings.local.npy     uint16 passage numbers within their 32,768-passage block  } what the search engine
+    postings.bounds.npy    int64 term x block posting ranges                        } reads, derived at build
+    ids.txt                passage ids, one per line, in column order (sorted)
+    ids.npy                the same ids as fixed-width UTF-8 bytes (memory-mapped, binary-searchable)
+
+Every array is opened with ``np.load(..., mmap_mode="r")``: nothing is read
+until a query touches it, so an index larger than memory is searched with the
+memory the queries' posting lists take (the operating system's page cache
+keeps the hot ones). A search reads 6 bytes a posting (``local`` + ``data``);
+``indices`` is read only to look up passage vectors. An index written before
+this layout (``postings.npz``) is converted on first open.
 
 Search is exact: :class:`~apcir.retrieval.engine.SparseEngine` reads the
 posting lists of the query's terms (term-at-a-time accumulation, cache-blocked,
@@ -16,7 +28,6 @@ then a partial sort) is the reference the benchmark compares with.
 
 from __future__ import annotations
 
-import bisect
 import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -32,12 +43,35 @@ from apcir.contract.runs import ranking
 from apcir.errors import ApcirError
 from apcir.io import atomic_write, read_text, write_text
 from apcir.retrieval.encoder import SpladeEncoder
-from apcir.retrieval.engine import SparseEngine, search_runs
+from apcir.retrieval.engine import BLOCK, SparseEngine, engine_arrays
 from apcir.retrieval.manifest import IndexManifest
 
 POSTINGS = "postings.npz"
+"""The layout before memory-mapped arrays (converted on first open)."""
+ARRAYS = ("indptr", "indices", "data", "local", "bounds")
 IDS = "ids.txt"
+ID_ARRAY = "ids.npy"
 QUERY_BATCH = 64
+
+
+def array_path(index_dir: Path, name: str) -> Path:
+    return index_dir / f"postings.{name}.npy"
+
+
+def _save_array(path: Path, array: np.ndarray) -> None:
+    with atomic_write(path, "wb") as handle:
+        np.save(handle, np.ascontiguousarray(array), allow_pickle=False)
+
+
+def save_arrays(index_dir: Path, postings: sp.csr_matrix, ids: list[str]) -> None:
+    """Write the memory-mappable arrays of term-major ``postings`` (sorted indices) and the id array."""
+    bounds, local = engine_arrays(postings.indptr, postings.indices, postings.shape[1], BLOCK)
+    for name, array in (("indptr", postings.indptr.astype(np.int64)), ("indices", postings.indices.astype(np.int32)),
+                        ("data", postings.data.astype(np.float32)), ("local", local), ("bounds", bounds)):
+        _save_array(array_path(index_dir, name), array)
+    encoded = [pid.encode("utf-8") for pid in ids]
+    width = max((len(b) for b in encoded), default=1)
+    _save_array(index_dir / ID_ARRAY, np.array(encoded, dtype=f"S{max(width, 1)}"))
 
 
 def save_embedded(index_dir: Path, documents: sp.csr_matrix, ids: list[str]) -> None:
@@ -54,8 +88,7 @@ def save_embedded(index_dir: Path, documents: sp.csr_matrix, ids: list[str]) -> 
         ids = [ids[i] for i in order]
     postings = sp.csr_matrix(documents.T, dtype=np.float32)  # CSC of documents == CSR of its transpose
     postings.sort_indices()
-    with atomic_write(index_dir / POSTINGS, "wb") as handle:
-        sp.save_npz(handle, postings, compressed=False)
+    save_arrays(index_dir, postings, ids)
     write_text(index_dir / IDS, "".join(f"{pid}\n" for pid in ids))
 
 
@@ -90,10 +123,40 @@ def passage_vectors(index_dir: Path) -> tuple[sp.csr_matrix, list[str]]:
 
 
 def load_embedded(index_dir: Path) -> tuple[sp.csr_matrix, list[str]]:
-    """Postings (vocabulary x passages) and the passage ids."""
-    for name in (POSTINGS, IDS):
-        if not (index_dir / name).is_file():
-            raise ApcirError(f"embedded index is incomplete: {name} is missing", path=index_dir)
+    """Postings (vocabulary x passages, over the memory-mapped arrays) and the passage ids."""
+    arrays = open_arrays(index_dir)
+    ids = read_text(index_dir / IDS, "index id map").splitlines()
+    postings = sp.csr_matrix((arrays["data"], arrays["indices"], arrays["indptr"]),
+                             shape=(arrays["indptr"].shape[0] - 1, arrays["ids"].shape[0]), copy=False)
+    return postings, ids
+
+
+def open_arrays(index_dir: Path) -> dict[str, np.ndarray]:
+    """The index's arrays, memory-mapped (``ids``: the id array); an index in the older ``postings.npz`` layout is
+    converted first."""
+    if not (index_dir / IDS).is_file():
+        raise ApcirError(f"embedded index is incomplete: {IDS} is missing", path=index_dir)
+    if not all(array_path(index_dir, name).is_file() for name in ARRAYS) or not (index_dir / ID_ARRAY).is_file():
+        _convert(index_dir)
+    arrays: dict[str, np.ndarray] = {}
+    for name, path in [*((n, array_path(index_dir, n)) for n in ARRAYS), ("ids", index_dir / ID_ARRAY)]:
+        try:
+            arrays[name] = np.load(path, mmap_mode="r", allow_pickle=False).view(np.ndarray)
+        except (ValueError, OSError, EOFError) as exc:
+            raise ApcirError(f"embedded index is corrupt: {path.name} cannot be read ({exc}); rebuild it with "
+                             "`apcir index build ... --overwrite`", path=index_dir) from None
+    n_terms, nnz = arrays["indptr"].shape[0] - 1, arrays["data"].shape[0]
+    if (arrays["indices"].shape[0] != nnz or arrays["local"].shape[0] != nnz or int(arrays["indptr"][-1]) != nnz
+            or arrays["bounds"].shape[0] != n_terms):
+        raise ApcirError("embedded index is inconsistent: its posting arrays disagree; rebuild it with "
+                         "`apcir index build ... --overwrite`", path=index_dir)
+    return arrays
+
+
+def _convert(index_dir: Path) -> None:
+    """Write the memory-mapped layout of an index saved as ``postings.npz`` (before it existed)."""
+    if not (index_dir / POSTINGS).is_file():
+        raise ApcirError("embedded index is incomplete: its posting arrays are missing", path=index_dir)
     try:
         postings = sp.load_npz(index_dir / POSTINGS).tocsr()
     except (zipfile.BadZipFile, ValueError, KeyError, EOFError, OSError) as exc:
@@ -109,8 +172,10 @@ def load_embedded(index_dir: Path) -> tuple[sp.csr_matrix, list[str]]:
         order = sorted(range(len(ids)), key=ids.__getitem__)
         postings = sp.csr_matrix(postings[:, order])
         ids = [ids[i] for i in order]
+        write_text(index_dir / IDS, "".join(f"{pid}\n" for pid in ids))
     postings.sort_indices()
-    return postings, ids
+    save_arrays(index_dir, postings, ids)
+    (index_dir / POSTINGS).unlink()
 
 
 def top_k(doc_indices: np.ndarray, scores: np.ndarray, ids: list[str], k: int) -> dict[str, float]:
@@ -141,23 +206,40 @@ def search_matrix(
 
 
 class EmbeddedIndex:
-    """Exact SPLADE search over an embedded index (a vector backend: see :class:`~apcir.retrieval.backends.VectorBackend`)."""
+    """Exact SPLADE search over an embedded index (a vector backend: see :class:`~apcir.retrieval.backends.VectorBackend`).
+
+    The postings stay memory-mapped: opening reads no posting, and a search
+    reads the posting lists of its queries' terms."""
 
     def __init__(self, index_dir: Path, manifest: IndexManifest, encoder: SpladeEncoder | Any | None) -> None:
         self.index_dir = index_dir
         self.manifest = manifest
         self.encoder = encoder
-        self.postings, self.ids = load_embedded(index_dir)
-        if encoder is not None and self.postings.shape[0] != encoder.vocab_size:
+        self.arrays = open_arrays(index_dir)
+        self.ids = IdArray(self.arrays["ids"])
+        if encoder is not None and self.vocab_size != encoder.vocab_size:
             raise ApcirError(
-                f"index vocabulary has {self.postings.shape[0]} entries but {encoder.name} has {encoder.vocab_size}",
+                f"index vocabulary has {self.vocab_size} entries but {encoder.name} has {encoder.vocab_size}",
                 path=index_dir,
             )
         self._engine: SparseEngine | None = None
 
     @property
     def vocab_size(self) -> int:
-        return int(self.postings.shape[0])
+        return int(self.arrays["indptr"].shape[0] - 1)
+
+    @property
+    def postings(self) -> sp.csr_matrix:
+        """The term-major postings as a CSR matrix over the mapped arrays (no copy)."""
+        return sp.csr_matrix((self.arrays["data"], self.arrays["indices"], self.arrays["indptr"]),
+                             shape=(self.vocab_size, len(self.ids)), copy=False)
+
+    @property
+    def engine(self) -> SparseEngine:
+        if self._engine is None:
+            self._engine = SparseEngine.mapped(self.arrays["bounds"], self.arrays["local"], self.arrays["data"],
+                                               len(self.ids))
+        return self._engine
 
     def search(self, queries: Mapping[str, QueryInput], k: int = 1000, *, progress: bool = True) -> Run:
         """Top-k passages per turn: ``{turn_id: {passage_id: score}}``."""
@@ -175,32 +257,55 @@ class EmbeddedIndex:
 
         Searched by :class:`~apcir.retrieval.engine.SparseEngine` (a numba
         term-at-a-time kernel, cache-blocked), whose scores equal scipy's
-        sparse product bit for bit.
+        sparse product bit for bit. Each turn's hits come in the ranking order.
         """
         check_k(k)
         if matrix.shape[1] != self.vocab_size:
             raise ApcirError(f"query vectors have {matrix.shape[1]} dimensions, the index {self.vocab_size}",
                              path=self.index_dir)
-        if self._engine is None:
-            self._engine = SparseEngine.from_csr(self.postings)
         matrix = sp.csr_matrix(matrix, dtype=np.float32)
-        results: list[dict[str, float]] = []
+        run: Run = {}
         with progress_bar("searching", matrix.shape[0], enabled=progress and matrix.shape[0] > QUERY_BATCH) as advance:
             for start in range(0, matrix.shape[0], QUERY_BATCH):
                 block = matrix[start : start + QUERY_BATCH]
-                results += search_runs(self._engine, self.ids, block, k)
+                top = self.engine.search_matrix(block, k)
+                for q in range(block.shape[0]):
+                    passages, scores = top.row(q)
+                    run[turn_ids[start + q]] = dict(zip(self.ids.take(passages), scores.tolist()))
                 advance(block.shape[0])
-        return dict(zip(turn_ids, results))
+        return run
 
     def passage_vectors(self, ids: list[str]) -> sp.csr_matrix:
         """The indexed vectors of passages ``ids`` (one row each; an id not in the index is an error)."""
-        columns = []
-        for pid in ids:  # the ids are sorted: a binary search each, no id -> position map in memory
-            at = bisect.bisect_left(self.ids, pid)
-            if at == len(self.ids) or self.ids[at] != pid:
-                raise ApcirError(f"passage {pid} is not in the index", path=self.index_dir)
-            columns.append(at)
+        columns = self.ids.positions(ids, self.index_dir)
         return sp.csr_matrix(self.postings[:, columns].T, dtype=np.float32)
+
+
+class IdArray:
+    """Passage ids as a sorted fixed-width bytes array (memory-mapped): position -> id, id -> position."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+    def __len__(self) -> int:
+        return int(self.array.shape[0])
+
+    def __getitem__(self, position: int) -> str:
+        return bytes(self.array[position]).decode("utf-8")
+
+    def take(self, positions: np.ndarray) -> list[str]:
+        """The ids at ``positions``, in that order."""
+        return [raw.decode("utf-8") for raw in self.array[positions].tolist()]
+
+    def positions(self, ids: list[str], where: Path | None = None) -> np.ndarray:
+        """The positions of ``ids`` (binary search; an id not in the index is an error)."""
+        wanted = np.array([pid.encode("utf-8") for pid in ids], dtype=self.array.dtype) if ids else \
+            np.zeros(0, dtype=self.array.dtype)
+        at = np.searchsorted(self.array, wanted)
+        for pid, raw, position in zip(ids, wanted.tolist(), at.tolist()):
+            if position >= len(self) or self.array[position] != raw or len(pid.encode("utf-8")) > self.array.itemsize:
+                raise ApcirError(f"passage {pid} is not in the index", path=where)
+        return at
 
 
 def check_k(k: int) -> None:

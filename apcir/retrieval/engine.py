@@ -333,6 +333,15 @@ class TopK:
         return self.passages[q, :n], self.scores[q, :n]
 
 
+def engine_arrays(indptr: np.ndarray, indices: np.ndarray, n_passages: int,
+                  block: int = BLOCK) -> tuple[np.ndarray, np.ndarray]:
+    """What the search reads besides the weights: ``bounds`` (term x block posting ranges) and the postings'
+    block-local uint16 offsets, from term-major CSR ``indptr`` / ``indices``."""
+    indptr = np.ascontiguousarray(indptr, dtype=np.int64)
+    indices = np.ascontiguousarray(indices, dtype=np.int32)
+    return _block_bounds(indptr, indices, int(n_passages), block), _local_ids(indices, block)
+
+
 def canonical_query(terms: np.ndarray, weights: np.ndarray, n_terms: int) -> tuple[np.ndarray, np.ndarray, int]:
     """Sort terms, add up repeated terms' weights, drop zero weights and terms outside ``[0, n_terms)``.
 
@@ -383,8 +392,21 @@ class SparseEngine:
         if self.block > 1 << 16:
             raise ValueError("block must be at most 65,536 passages (offsets are stored as uint16)")
         # what the search reads: per (term, block) posting ranges, block-local uint16 offsets, weights
-        self.bounds = _block_bounds(self.indptr, indices, self.n_passages, self.block)
-        self.local = _local_ids(indices, self.block)
+        self.bounds, self.local = engine_arrays(self.indptr, indices, self.n_passages, self.block)
+
+    @classmethod
+    def mapped(cls, bounds: np.ndarray, local: np.ndarray, data: np.ndarray, n_passages: int, *,
+               block: int = BLOCK) -> SparseEngine:
+        """An engine over arrays already derived (:func:`engine_arrays`), e.g. memory-mapped from an index
+        directory: nothing is computed or copied, so only the pages a query touches are read."""
+        engine = cls.__new__(cls)
+        engine.bounds, engine.local, engine.data = bounds, local, data
+        engine.n_passages, engine.block = int(n_passages), int(block)
+        engine.n_terms = bounds.shape[0]
+        engine.indptr = np.empty(0, dtype=np.int64)  # not read by the search
+        if bounds.ndim != 2 or local.shape != data.shape or local.dtype != np.uint16 or data.dtype != np.float32:
+            raise ApcirError("engine arrays are inconsistent (bounds, local offsets and weights)")
+        return engine
 
     @classmethod
     def from_csr(cls, postings: sp.csr_matrix | sp.csr_array, **kwargs: object) -> SparseEngine:

@@ -143,7 +143,8 @@ class BackendSpec:
 
 BACKENDS: Registry[BackendSpec] = Registry("retrieval backend", "apcir.backends")
 BACKENDS.add(BackendSpec(
-    "embedded", "exact SPLADE search over an inverted index in memory; up to a few million passages",
+    "embedded", "exact SPLADE search over a memory-mapped inverted index (apcir's numba engine); indexes larger "
+    "than memory search at page-cache speed",
     "splade", build="apcir.retrieval.embedded:write_index", open="apcir.retrieval.embedded:open_index",
     needs="nothing beyond numpy/scipy at search time (plus the encoder for queries)"))
 BACKENDS.add(BackendSpec(

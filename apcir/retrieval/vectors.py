@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -82,6 +83,26 @@ def _weight(value: object, token: str, path: Path, line: int) -> float:
     return float(value)
 
 
+_SPACE = re.compile(r"\s")
+
+
+def _checked_weights(values: list[object]) -> np.ndarray | None:
+    """The weights as float64 when every one is acceptable (a number, finite, >= 0, within float32 and not
+    rounding to 0 there); None when one is not (the caller then finds and names it)."""
+    if not all(type(v) is float or type(v) is int for v in values):
+        return None
+    try:
+        array = np.array(values, dtype=np.float64)
+    except OverflowError:
+        return None
+    with np.errstate(over="ignore"):
+        narrow = array.astype(np.float32)
+    if not (np.isfinite(array).all() and (array >= 0).all() and (array <= FLOAT32_MAX).all()
+            and not ((array > 0) & (narrow == 0)).any()):
+        return None
+    return array
+
+
 def _check_token(token: str, path: Path, line: int) -> None:
     if not token:
         raise ApcirError("a vector holds an empty token \"\"", path=path, line=line)
@@ -131,28 +152,30 @@ def read_vectors(
             raise ApcirError("missing \"vector\" object {token: weight}", path=path, line=number)
         if not vector:
             raise ApcirError(f"{what} {record_id!r} has an empty vector", path=path, line=number)
-        terms: list[int] = []
-        weights: list[float] = []
-        positive = False
-        for token, value in vector.items():
-            _check_token(token, path, number)
-            weight = _weight(value, token, path, number)
-            positive = positive or weight > 0
-            if stats.integral and not isinstance(value, int):
-                stats.integral = False
-            if vocabulary is not None:
-                term = vocabulary.get(token)
-                if term is None:
-                    stats.unknown[token] = stats.unknown.get(token, 0) + 1
-                    if stats.first_unknown_line is None:
-                        stats.first_unknown_line = number
-                    continue
-            else:
-                term = own.get(token)
-                if term is None:
-                    term = own[token] = len(own)
-            terms.append(term)
-            weights.append(weight)
+        tokens, values = list(vector), list(vector.values())
+        for token in tokens:
+            if not token or _SPACE.search(token):
+                _check_token(token, path, number)
+        checked = _checked_weights(values)
+        if checked is None:  # something to refuse: the token-by-token checks name it
+            checked = np.array([_weight(v, t, path, number) for t, v in zip(tokens, values)], dtype=np.float64)
+        positive = bool((checked > 0).any())
+        if stats.integral and not all(type(v) is int for v in values):
+            stats.integral = False
+        if vocabulary is not None:
+            found = [vocabulary.get(token) for token in tokens]
+            if None in found:
+                for token, term in zip(tokens, found):
+                    if term is None:
+                        stats.unknown[token] = stats.unknown.get(token, 0) + 1
+                if stats.first_unknown_line is None:
+                    stats.first_unknown_line = number
+                keep = [i for i, term in enumerate(found) if term is not None]
+                found, checked = [found[i] for i in keep], checked[keep]
+            terms = found
+        else:
+            terms = [own[token] if token in own else own.setdefault(token, len(own)) for token in tokens]
+        weights = checked
         if not positive:
             raise ApcirError(f"{what} {record_id!r} has an empty vector (every weight is 0)", path=path, line=number)
         stats.lines += 1

@@ -637,13 +637,13 @@ def test_a_truncated_index_is_a_clear_error(run_cli, tmp_path):
                                   for i in range(20)))
     index = tmp_path / "idx"
     build_index(collection, "embedded", index, "splade-tiny", progress=False)
-    postings = index / "postings.npz"
+    postings = index / "postings.data.npy"
     postings.write_bytes(postings.read_bytes()[: postings.stat().st_size // 2])
     queries = tmp_path / "q.tsv"
     queries.write_text("10-1_1\ttea\n")
     code, _, err = run_cli("retrieve", "--index", str(index), "--queries", str(queries), "--out",
                            str(tmp_path / "r.run"))
-    one_line_error(code, err, "embedded index is corrupt: postings.npz cannot be read")
+    one_line_error(code, err, "embedded index is corrupt: postings.data.npy cannot be read")
 
 
 def test_a_vector_file_that_would_break_scores_or_run_lines_is_one_line(run_cli, tmp_path):

@@ -215,3 +215,28 @@ def test_an_impact_index_without_manifest_opens_with_a_named_encoder(tmp_path, d
     assert theirs == ours
     with pytest.raises(ApcirError, match="needs the query encoder"):
         open_index(foreign, None, backend="lucene-splade")
+
+
+def test_postings_are_memory_mapped_and_an_index_in_the_older_layout_is_converted(tmp_path, small_collection, encoder):
+    import mmap
+
+    from apcir.retrieval.embedded import ARRAYS, POSTINGS, array_path
+
+    index = tmp_path / "idx"
+    build_index(small_collection, "embedded", index, encoder, progress=False)
+    opened = open_index(index, encoder)
+    for name in ("data", "local", "bounds", "ids"):  # views of the files, not copies in memory
+        base = opened.arrays[name].base
+        while base is not None and not isinstance(base, mmap.mmap):
+            base = getattr(base, "base", None)
+        assert isinstance(base, mmap.mmap), name
+    queries = {"1-1_1": "tea passage", "1-1_2": "garden"}
+    expected = opened.search(queries, 20, progress=False)
+
+    postings, ids = load_embedded(index)  # write the layout before memory-mapped arrays: postings.npz
+    sp.save_npz(index / POSTINGS, sp.csr_matrix(postings, copy=True), compressed=False)
+    for name in ARRAYS:
+        array_path(index, name).unlink()
+    (index / "ids.npy").unlink()
+    assert open_index(index, encoder).search(queries, 20, progress=False) == expected
+    assert not (index / POSTINGS).exists() and all(array_path(index, n).is_file() for n in ARRAYS)
