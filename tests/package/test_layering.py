@@ -3,7 +3,7 @@
 Every import in apcir/ (module level or inside a function) is checked: a
 module may import its own layer and the layers below it, and a stage may
 import earlier stages but never a later one. The same order is written in
-the README's contributor section.
+docs/development.md's layering table.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def violations() -> list[str]:
 def test_every_module_belongs_to_a_layer():
     unplaced = [module_name(p) for p in ROOT.rglob("*.py") if component(module_name(p)) is None
                 and module_name(p) != "apcir"]
-    assert unplaced == [], "add new top-level modules to LAYERS (and to the README's contributor section)"
+    assert unplaced == [], "add new top-level modules to LAYERS (and to docs/development.md's layering table)"
 
 
 def test_no_layer_imports_a_layer_above_it_and_no_stage_a_later_stage():

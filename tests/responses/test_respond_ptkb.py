@@ -72,7 +72,7 @@ def test_on_ikat23_the_apcir_ranking_beats_the_profile_order():
 
 @pytest.mark.slow
 def test_the_readme_numbers(run_cli, tmp_path):
-    """The iKAT-23 PTKB numbers in the README, made with the commands it shows."""
+    """The iKAT-23 PTKB numbers in docs/guide/responses.md, made with the commands it shows."""
     refs = tmp_path / "h.jsonl"
     assert run_cli("reformulate", "-t", "ikat23-test", "--llm", "heuristic", "-o", str(refs))[0] == 0
     runs = {}
@@ -86,7 +86,7 @@ def test_the_readme_numbers(run_cli, tmp_path):
                              "-m", "ptkb", "--json")
     assert code == 0, err
     means = {name: json.loads(out)["runs"][f"ptkb-{name}.run"]["measures"] for name in runs}
-    expected = {  # the README's table (trec_eval's four decimals)
+    expected = {  # the table of docs/guide/responses.md (trec_eval's four decimals)
         "apcir": [0.5862, 0.3707, 0.5641, 0.7099, 0.6292],
         "apcir-bm25": [0.4368, 0.2755, 0.4262, 0.5603, 0.5147],
         "heuristic": [0.4282, 0.2653, 0.4194, 0.5591, 0.5089],
