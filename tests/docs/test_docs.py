@@ -9,6 +9,7 @@ skips any lines; ``...`` inside a line matches anything).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -113,6 +114,9 @@ def _matches(expected: list[str], output: str) -> bool:
 
 @pytest.mark.parametrize("block", [b for b in EXAMPLES if b.needs is None], ids=lambda b: b.id)
 def test_example_runs(block: Block, sandbox):
+    if "apcir.llm.local_server" in block.code and importlib.util.find_spec("llama_cpp") is None \
+            and os.environ.get("APCIR_REQUIRE_LOCAL_LLM") != "1":
+        pytest.skip("llama.cpp's server is not installed (make setup LOCAL_LLM=0)")
     if block.language != "console":
         done = _run(block.code, sandbox, block.language)
         assert done.returncode == 0, f"{block.id} failed:\n{block.code}\n--- stdout\n{done.stdout[-3000:]}\n" \
