@@ -57,11 +57,10 @@ class MilvusLocation:
         """The local companion folder (manifest, offsets, build chunks)."""
         if self.lite:
             return Path(self.uri + ".apcir")
+        from apcir.datasets.store import offsets_cache_dir  # the cache root apcir's other caches share
+
         host = self.uri.partition("://")[2].replace(":", "-").replace("/", "-")
-        env = os.environ.get("APCIR_CACHE_DIR")
-        base = Path(env).expanduser().parent if env else Path(
-            os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "apcir"
-        return base / "milvus" / host / self.collection
+        return offsets_cache_dir().parent / "milvus" / host / self.collection
 
     @staticmethod
     def token() -> str:

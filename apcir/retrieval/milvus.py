@@ -112,7 +112,11 @@ def stored_manifest(client: Any, location: MilvusLocation) -> IndexManifest | No
         raise ApcirError(f"Milvus collection {location} is {state}; "
                          + ("re-run `apcir index build` to finish it" if BUILD_PROPERTY in props
                             else "name another collection (apcir never writes into a collection it did not create)"))
-    return IndexManifest.model_validate_json(props[MANIFEST_PROPERTY])
+    try:
+        return IndexManifest.model_validate_json(props[MANIFEST_PROPERTY])
+    except ValueError:  # pydantic's ValidationError, a property written by something else
+        raise ApcirError(f"Milvus collection {location} holds an unreadable apcir manifest; rebuild it with "
+                         "--overwrite") from None
 
 
 def restore_folder(location: MilvusLocation) -> None:

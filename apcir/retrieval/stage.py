@@ -36,7 +36,6 @@ def ensure_index(settings: RetrievalSettings, *, progress: bool = True) -> tuple
     from apcir.retrieval.build import build_index
 
     if is_milvus(settings.index):
-        result = None
         if settings.collection is None:
             return locate(settings.index), f"{settings.index} (no collection configured: used as it is)"
         result = build_index(settings.collection, settings.backend, settings.index, settings.encoder,

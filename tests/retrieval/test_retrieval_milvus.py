@@ -74,6 +74,12 @@ def test_milvus_build_then_retrieve_equals_the_embedded_engine_on_the_demo(tmp_p
     reordered = assert_same_run(load_run(tmp_path / "milvus.run"), load_run(tmp_path / "embedded.run"))
     assert reordered < 10  # measured: 1 of 206 turns
 
+    import apcir  # the Python front door takes the same location
+
+    turns = [t for t in datasets.topics("ikat23-test") if t.manual_rewrite][:5]
+    asked = {t.turn_id: t.manual_rewrite for t in turns}
+    assert_same_run(apcir.retrieve(asked, f"milvus:{db}", k=50), apcir.retrieve(asked, embedded, k=50))
+
     # a second build is recognised as up to date, through the collection's own manifest too
     code, out, _ = run_cli("index", "build", "--backend", "milvus", "--collection", "ikat23-provenance",
                            "--encoder", "splade-tiny", "--out", f"milvus:{db}")
@@ -171,7 +177,32 @@ def test_bad_milvus_locations_and_collections_are_one_line(tmp_path, run_cli):
     for args in (("index", "info", str(foreign)),
                  ("index", "build", "--backend", "milvus", "-c", "ikat23-provenance", "-e", "splade-tiny",
                   "--out", str(foreign))):
-        assert "was not built by apcir" in one_line(*args) or "not built by apcir" in one_line(*args)
+        assert "not built by apcir" in one_line(*args)
+
+    # a Milvus Lite database under a path that is a file (so nothing can be written there): one line
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    one_line("index", "build", "--backend", "milvus", "-c", "ikat23-provenance", "-e", "splade-tiny",
+             "--out", f"milvus:{blocker / 'x.db'}")
+    assert blocker.read_text() == "not a folder"
+
+
+def test_the_milvus_token_reaches_no_file_and_no_message(tmp_path, run_cli, monkeypatch):
+    secret = "tok-3f9a-never-written"
+    monkeypatch.setenv("APCIR_MILVUS_TOKEN", secret)
+    code, _, err = run_cli("retrieve", "--index", "milvus://127.0.0.1:9/c", "--queries",
+                           str(_queries(tmp_path / "q.tsv")), "--out", str(tmp_path / "x.run"))
+    assert code == 2 and secret not in err
+    lines = [{"id": f"d:{i}", "contents": "", "vector": {"tea": 1 + i}} for i in range(5)]
+    vectors = tmp_path / "v.jsonl"
+    vectors.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    code, out, err = run_cli("index", "build", "--backend", "milvus", "--vectors", "--collection", str(vectors),
+                             "--out", f"milvus:{tmp_path / 't.db'}")
+    assert code == 0, err
+    assert secret not in out + err
+    for path in (tmp_path / "t.db.apcir").rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path
 
 
 def test_precomputed_vectors_build_a_milvus_index_searched_like_the_embedded_one(tmp_path, run_cli):
