@@ -26,7 +26,7 @@ def play(config, turns, folder: Path, label: str):  # type: ignore[no-untyped-de
     from apcir.live.users import replay_sessions
 
     token = "benchmark-token"
-    with SimulationServer(Simulation(lambda: replay_sessions(turns), token, PROTOCOLS[2026])) as server:
+    with SimulationServer(Simulation(lambda: replay_sessions(turns), token, send_ptkb=True)) as server:
         client = SimulationClient(server.url, token, PROTOCOLS[2026])
         summary = Converse(config, client, folder / label, run_id=label).play()
     return summary

@@ -37,19 +37,22 @@ def simulate_user_command(
                                       "for replay, ikat25-test for rubric)."),
     conversations: int | None = typer.Option(None, "--conversations", min=1, help="Only the first N conversations."),
     port: int = typer.Option(8765, "--port", min=0, help="Port on 127.0.0.1 (0: any free port)."),
-    protocol: int = typer.Option(2026, "--protocol", help="2025 or 2026: field names and limits."),
     token_env: str = typer.Option("IKAT_API_TOKEN", "--token-env", help="Variable holding the token it accepts."),
     log: Path | None = typer.Option(None, "--log", help="Every exchange as JSON lines (default: none)."),
-    budget: int = typer.Option(5, "--budget", min=0, help="Debug sessions allowed (debug/start, debug/continue)."),
+    budget: int = typer.Option(100, "--budget", min=0, help="Debug sessions allowed (the organisers allow 100)."),
+    send_ptkb: bool = typer.Option(False, "--send-ptkb", help="Send each user's PTKB with every utterance "
+                                   "(user_meta.ptkb, the 2026 guidelines' field; the organisers' server sends "
+                                   "none)."),
     model: str = typer.Option("gpt-4o-mini", "--model", help="rubric: the LLM that scores the answers."),
     base_url: str | None = typer.Option(None, "--base-url", help="rubric: its OpenAI-compatible server."),
     patience: int = typer.Option(12, "--patience", min=1, help="rubric: the most turns a user takes per topic."),
     uncooperative: bool = typer.Option(False, "--uncooperative", help="rubric: never restate a missed question."),
     style: str = typer.Option("terse", "--style", help="rubric: terse or verbose wording."),
 ) -> None:
-    """Serve simulated users on 127.0.0.1 that speak the iKAT simulation API, to test `apcir converse` against."""
+    """Serve simulated users on 127.0.0.1 that behave as the organisers' simulation server does (history, status,
+    run/session, dump, error codes), to test `apcir converse` against without spending their budget."""
     from apcir import datasets
-    from apcir.live.server import Simulation, SimulationServer, protocol_for
+    from apcir.live.server import Simulation, SimulationServer
     from apcir.live.users import replay_sessions
 
     if user not in ("replay", "rubric"):
@@ -72,10 +75,9 @@ def simulate_user_command(
         def make():  # type: ignore[no-untyped-def]
             return rubric_sessions(turns, scorer, conversations=conversations, patience=patience,
                                    cooperative=not uncooperative, style=style)
-    simulation = Simulation(make, _token(token_env), protocol_for(protocol), log=log, budget=budget)
+    simulation = Simulation(make, _token(token_env), log=log, budget=budget, send_ptkb=send_ptkb)
     server = SimulationServer(simulation, port)
-    console.print(f"simulated users ({user}) at {server.url} (protocol {protocol}); Ctrl-C stops",
-                  highlight=False)
+    console.print(f"simulated users ({user}) at {server.url}; Ctrl-C stops", highlight=False)
     try:
         server.httpd.serve_forever()
     except KeyboardInterrupt:
@@ -104,7 +106,8 @@ def converse_command(
         "LLM responder gives way to the extractive one (said in the journal and the summary)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
-    """Play a whole live run: answer each utterance as it arrives, through the stages of `apcir run`."""
+    """Play a whole live run: answer each utterance as it arrives, through the stages of `apcir run`; then check
+    the server's record of the run against what was sent. Exit codes: docs/guide/converse.md."""
     from apcir.experiment.config import load_config, resolve_config_path
     from apcir.experiment.pipeline import config_inputs
     from apcir.io import refuse_inputs_inside
@@ -124,26 +127,50 @@ def converse_command(
     statements = _ptkb_file(ptkb) if ptkb is not None else {}
     session = Converse(experiment, client, target, run_id=run_id, description=description,
                        track_persona=track_persona, debug=debug, ptkb=statements, turn_budget=turn_budget)
+    budgets: dict[str, object] = {}
     try:
         if debug:
-            console.print(f"debug budget before: {client.budget()}", highlight=False)
+            budgets["before"] = client.budget()
+            if not as_json:
+                console.print(f"debug budget before: {budgets['before']}", highlight=False)
         summary = session.play()
         if debug:
-            console.print(f"debug budget after: {client.budget()}", highlight=False)
+            budgets["after"] = client.budget()
+            if not as_json:
+                console.print(f"debug budget after: {budgets['after']}", highlight=False)
     except ApcirError as exc:
-        raise ApcirError(client.clean(str(exc))) from None
+        cleaned = ApcirError(client.clean(str(exc)))
+        cleaned.exit_code = exc.exit_code  # the table of exit codes: which case it was
+        raise cleaned from None
     latency = summary.latency()
+    record = summary.record
     if as_json:
         print_json({"run_id": summary.run_id, "answered": summary.answered, "resent": summary.resent,
-                    "trimmed": summary.trimmed, "topics": summary.topics, "latency": latency,
-                    "skipped": summary.skipped})
-        return
-    console.print(f"run {run_id}: {summary.answered} utterances answered over {len(summary.topics)} topics "
-                  f"({summary.resent} answers sent again after a restart, {summary.trimmed} responses cut to the "
-                  f"token limit); outputs in {target}/", highlight=False)
-    for stage, values in latency.items():
-        console.print(f"  {stage}: p50 {values['p50']:.2f} s, p95 {values['p95']:.2f} s, max {values['max']:.2f} s",
-                      highlight=False)
+                    "refitted": summary.refitted, "trimmed": summary.trimmed, "topics": summary.topics,
+                    "latency": latency, "skipped": summary.skipped,
+                    "record": None if record is None else {"total": record.total, "matched": record.matched,
+                                                           "differences": record.differences,
+                                                           "error": record.error},
+                    **({"debug_budget": budgets} if debug else {})})
+    else:
+        console.print(f"run {run_id}: {summary.answered} utterances answered over {len(summary.topics)} topics "
+                      f"({summary.resent} answers sent again after a restart, {summary.trimmed} responses cut to "
+                      f"the token limit); outputs in {target}/", highlight=False)
+        for stage, values in latency.items():
+            console.print(f"  {stage}: p50 {values['p50']:.2f} s, p95 {values['p95']:.2f} s, "
+                          f"max {values['max']:.2f} s", highlight=False)
+        if record is not None:
+            console.print(client.clean(record.line()), highlight=False)
+    if record is not None and not record.ok:
+        from apcir.console import warn
+
+        for difference in record.differences:
+            warn(client.clean(difference))
+        if record.error is not None:
+            warn(client.clean(record.line()))
+        from apcir.live.errors import RECORD_DIFFERS
+
+        raise typer.Exit(RECORD_DIFFERS)
 
 
 def register(app: typer.Typer) -> None:

@@ -2,9 +2,11 @@
 
 The token is sent as ``Authorization: Bearer <token>`` and appears nowhere else: not in an error message,
 a log line or a file (:meth:`SimulationClient.clean` removes it from any text that could quote it).
-A 5xx or a refused connection is retried with backoff, sending the same body again; a timeout (the request
-may have reached the server) is a :class:`LostReply`, for the caller to ask ``run/session`` before sending
-anything again; 401/403, 412 and 422 stop with one line (:class:`LiveError`).
+A 5xx or a refused connection is retried with backoff, sending the same body again, except where the server
+answers 500 as a matter of course (``run/session`` with no session open: an answer, not a fault); a timeout
+(the request may have reached the server) is a :class:`LostReply`, for the caller to ask ``run/session`` before
+sending anything again; any other refusal stops with one line (:class:`LiveError`, whose exit status says
+which case it was: :mod:`apcir.live.errors`).
 """
 
 from __future__ import annotations
@@ -13,23 +15,15 @@ import http.client
 import json
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
 
 from apcir.errors import ApcirError
-from apcir.live.protocol import ERRORS, Protocol, Utterance
+from apcir.live.errors import LiveError, LostReply, ServerUnreachable, summarise
+from apcir.live.protocol import Protocol, RunStatus, Utterance, parse_dump
 
-
-class LiveError(ApcirError):
-    """The server refused a request (its status and ``detail``)."""
-
-    def __init__(self, status: int, detail: str):
-        super().__init__(f"the simulation server answered {status} ({ERRORS.get(status, 'error')}): {detail}")
-        self.status = status
-
-
-class LostReply(ApcirError):
-    """A request may have reached the server, but its reply did not arrive."""
+__all__ = ["LiveError", "LostReply", "SimulationClient"]
 
 
 class SimulationClient:
@@ -48,7 +42,8 @@ class SimulationClient:
         """``text`` without the token (for anything said or written)."""
         return text.replace(self._token, "<token>") if self._token else text
 
-    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None, *,
+                 retry_faults: bool = True) -> Any:
         data = json.dumps(body).encode("utf-8") if body is not None else None
         delay = self.retry_delay
         for attempt in range(self.retries + 1):
@@ -58,10 +53,10 @@ class SimulationClient:
                 with urllib.request.urlopen(request, timeout=self.timeout) as reply:
                     text = reply.read().decode("utf-8")
                     kind = reply.headers.get("Content-Type", "")
-                    return text if "jsonl" in kind else json.loads(text or "null")
+                    return text if ("ndjson" in kind or "jsonl" in kind) else json.loads(text or "null")
             except urllib.error.HTTPError as exc:
                 detail = self._detail(exc)
-                if exc.code >= 500 and attempt < self.retries:
+                if exc.code >= 500 and retry_faults and attempt < self.retries:
                     time.sleep(delay)
                     delay *= 2
                     continue
@@ -74,8 +69,8 @@ class SimulationClient:
                     continue
                 if isinstance(exc.reason, TimeoutError):
                     raise LostReply(f"{method} {path}: no reply within {self.timeout:g} s") from None
-                raise ApcirError(f"cannot reach the simulation server at {self.clean(self.base_url)}: "
-                                 f"{self.clean(str(exc.reason))}") from None
+                raise ServerUnreachable(f"cannot reach the simulation server at {self.clean(self.base_url)}: "
+                                        f"{self.clean(str(exc.reason))}") from None
             except TimeoutError:
                 raise LostReply(f"{method} {path}: no reply within {self.timeout:g} s") from None
             except (ConnectionError, http.client.HTTPException) as exc:  # dropped after the request went out
@@ -85,11 +80,23 @@ class SimulationClient:
 
     @staticmethod
     def _detail(exc: urllib.error.HTTPError) -> str:
+        """The server's ``detail`` in one line (FastAPI's list of validation errors summarised)."""
         try:
-            payload = json.loads(exc.read().decode("utf-8") or "{}")
-            return str(payload.get("detail", payload)) if isinstance(payload, dict) else str(payload)
-        except (ValueError, OSError):
-            return exc.reason if isinstance(exc.reason, str) else str(exc.code)
+            text = exc.read().decode("utf-8")
+        except OSError:
+            text = ""
+        try:
+            payload = json.loads(text or "{}")
+        except ValueError:
+            return summarise(text) if text.strip() else (exc.reason if isinstance(exc.reason, str)
+                                                          else str(exc.code))
+        if isinstance(payload, dict) and "detail" in payload:
+            return summarise(payload["detail"])
+        return summarise(payload)
+
+    @staticmethod
+    def _query(run_id: str) -> str:
+        return urllib.parse.urlencode({"run_id": run_id})
 
     # ---- the endpoints --------------------------------------------------------------------------------
     def verify(self) -> str:
@@ -109,11 +116,19 @@ class SimulationClient:
         return Utterance.model_validate(self._request("POST", path, self.protocol.continue_body(
             run_id, response, citations, ptkb_provenance)))
 
-    def session(self, run_id: str) -> Utterance:
-        return Utterance.model_validate(self._request("GET", f"run/session?run_id={run_id}"))
+    def session(self, run_id: str, *, debug: bool = False) -> Utterance:
+        """The open session's current utterance. With no session open the server answers 500, at once (not
+        retried: it is where the run stands, not a fault)."""
+        path = f"{'debug' if debug else 'run'}/session?{self._query(run_id)}"
+        return Utterance.model_validate(self._request("GET", path, retry_faults=False))
 
-    def status(self, run_id: str) -> Any:
-        return self._request("GET", f"run/status?run_id={run_id}")
+    def status(self, run_id: str) -> RunStatus:
+        """``run/status`` (runs only: a debug run has none)."""
+        return RunStatus.read(self._request("GET", f"run/status?{self._query(run_id)}"))
 
-    def dump(self, run_id: str) -> str:
-        return str(self._request("GET", f"run/dump?run_id={run_id}"))
+    def dump(self, run_id: str) -> list[dict[str, Any]]:
+        """``run/dump``: the server's record of the run, one record per request (NDJSON)."""
+        reply = self._request("GET", f"run/dump?{self._query(run_id)}")
+        if isinstance(reply, list):  # a server answering a JSON list
+            return [r for r in reply if isinstance(r, dict)]
+        return parse_dump(reply if isinstance(reply, str) else json.dumps(reply))

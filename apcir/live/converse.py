@@ -2,17 +2,23 @@
 ``apcir run`` (the same functions: reformulation, retrieval of the three lists, level-weighted fusion, the
 response), with a journal that makes a killed run resumable.
 
-Per utterance: the turn is built from the reply (``{topic_id}_{n}``, n the 1-based user turn; the history is
-the API's, the user's utterances and apcir's own answers; the PTKB is the reply's ``user_meta.ptkb``, else
-``--ptkb``'s statements for the user), reformulated, its three lists retrieved and fused with the level's
+Per utterance: the turn is built from the reply (``{topic_id}_{n}``, n the 1-based user turn, the current
+utterance being the last entry of the server's ``history``; the earlier turns are the entries before it, the
+user's utterances and apcir's own answers; the PTKB is the reply's ``user_meta.ptkb`` where a server sends one,
+else ``--ptkb``'s statements for the user), reformulated, its three lists retrieved and fused with the level's
 weights, answered; the response is fitted to the server's token limit (counted as it counts), the fused
 ranking's top passages are sent as citations and the statements the answer used as PTKB provenance.
 
-The journal (``conversation.jsonl``, every line flushed to disk before the next request) records each
-utterance received, each answer computed and each answer sent. A second invocation with the same run id
-never calls ``run/start`` again: it asks ``run/session`` where the conversation stands, resends an answer the
-server has not recorded, and answers the next utterance otherwise. LLM answers come from the resumable
-reformulation and response files and the cache, so a resumed run repeats no request.
+The journal (``conversation.jsonl``, every line flushed to disk before the next request) records the intent to
+start, the start once the server accepted it, each utterance received, each answer computed and each answer
+sent. A refused start leaves nothing that the next command would take for a run. A second invocation with the
+same run id asks ``run/session`` (``debug/session`` for a debug run) where the conversation stands: it resends
+an answer the server has not recorded (fitted again to the limit in force, so that one refused for its length
+goes through), and answers the next utterance otherwise. With no session open (the server answers 500) the
+run is between topics or finished: ``run/status`` says which (a debug run has no status: the next ``continue``
+says it). LLM answers come from the resumable reformulation and response files and the cache, so a resumed run
+repeats no request. At the end (run mode) the server's record (``run/dump``, saved as ``dump.jsonl``) is
+compared with the journal, answer by answer.
 
 Turn ids: ``{topic_id}_{n}``; when a topic comes back with another user in the same run, its turns are
 ``{topic_id}-u{user_id}_{n}`` (the qrels judge the first pairing's ids).
@@ -37,11 +43,14 @@ from apcir.contract.runs import ranking, write_run
 from apcir.contract.weights import WeightsFile, load_weights
 from apcir.errors import ApcirError
 from apcir.experiment.config import ExperimentConfig
-from apcir.live.client import LiveError, LostReply, SimulationClient
+from apcir.live.client import SimulationClient
+from apcir.live.errors import AnswerRefused, LiveError, LostReply, SessionUnknown
 from apcir.live.protocol import HistoryMessage, Utterance, fit_tokens
 
 JOURNAL = "conversation.jsonl"
 RUN_FILE = "live.run"
+DUMP_FILE = "dump.jsonl"
+__all__ = ["Converse", "ConverseSummary", "RecordCheck", "SessionUnknown", "JOURNAL", "RUN_FILE", "DUMP_FILE"]
 
 
 _FIRST_PERSON = re.compile(r"^(I|I'm|I am|I've|I have|My|We|Our)\b")
@@ -55,12 +64,6 @@ def first_person_facts(utterance: str) -> list[str]:
             if s and not s.endswith("?") and _FIRST_PERSON.match(s)]
 
 
-class SessionUnknown(ApcirError):
-    """The server cannot say where the conversation stands (no ``run/session``): nothing is sent blindly."""
-
-    exit_code = 4
-
-
 @dataclass
 class Answer:
     turn_id: str
@@ -69,6 +72,26 @@ class Answer:
     ptkb_provenance: list[str]
     trimmed: bool
     seconds: dict[str, float]
+
+
+@dataclass
+class RecordCheck:
+    """The server's record of the run (``run/dump``) against the journal, answer by answer."""
+
+    total: int = 0
+    matched: int = 0
+    differences: list[str] = field(default_factory=list)
+    error: str | None = None
+    """Why the record could not be read (then nothing was compared)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.differences
+
+    def line(self) -> str:
+        if self.error is not None:
+            return f"recorded: not checked ({self.error})"
+        return f"recorded: {self.matched} of {self.total} answers match"
 
 
 @dataclass
@@ -81,6 +104,10 @@ class ConverseSummary:
     seconds: dict[str, list[float]] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
     """``turn:stage`` of the optional stages skipped to keep a turn within its budget."""
+    refitted: int = 0
+    """Journaled answers cut again to the limit in force before they were sent."""
+    record: RecordCheck | None = None
+    """The server's record against the journal (run mode; None for a debug run, which has no dump)."""
 
     def latency(self) -> dict[str, dict[str, float]]:
         """p50/p95/max seconds per stage and for the whole turn."""
@@ -118,8 +145,14 @@ class Journal:
 
 
 def _key(reply: Utterance) -> tuple[str, str, int]:
-    """Where a reply stands: topic, user and how many messages came before it."""
+    """Where a reply stands: topic, user and the length of its history."""
     return reply.topic_id, reply.user_id, len(reply.history)
+
+
+def _same_citations(sent: dict[str, float], stored: Any) -> bool:
+    if not isinstance(stored, dict) or set(stored) != set(sent):
+        return False
+    return all(abs(float(stored[k]) - float(v)) <= 1e-9 * max(1.0, abs(float(v))) for k, v in sent.items())
 
 
 class Converse:
@@ -185,8 +218,9 @@ class Converse:
     def turn_of(self, reply: Utterance) -> Turn:
         first_user = self.pairs.setdefault(reply.topic_id, reply.user_id)
         conversation = reply.topic_id if first_user == reply.user_id else f"{reply.topic_id}-u{reply.user_id}"
-        asked = [m.content for m in reply.history if m.role == "user"]
-        answered = [m.content for m in reply.history if m.role != "user"]
+        earlier = reply.earlier()  # the server's history ends with the current utterance
+        asked = [m.content for m in earlier if m.role == "user"]
+        answered = [m.content for m in earlier if m.role != "user"]
         history = [HistoryEntry(turn_id=f"{conversation}_{i}", utterance=u, response=answered[i - 1]
                                 if i - 1 < len(answered) else "") for i, u in enumerate(asked, 1)]
         ptkb = reply.ptkb() or self.ptkb.get(reply.user_id, {})
@@ -328,40 +362,91 @@ class Converse:
     # ---- the conversation ---------------------------------------------------------------------------------
     def _opening(self) -> Utterance:
         """The first utterance (run/start), or, resuming, where the conversation stands (run/session)."""
-        if self.journal.last("start") is None:
-            self.journal.add("start", run_id=self.run_id)  # before the request: never two run/start
+        started = self.journal.last("start")
+        if started is not None:
+            if started.get("run_id") != self.run_id or bool(started.get("debug")) != self.debug:
+                was = f"{'debug ' if started.get('debug') else ''}run {started.get('run_id')}"
+                raise ApcirError(f"{self.out} holds the journal of {was}: resume it with the same --run-id "
+                                 f"{'and --debug ' if started.get('debug') else ''}or use another directory")
+            return self._where_now()
+        tried = any(e["event"] == "starting" and e.get("run_id") == self.run_id and bool(e.get("debug")) == self.debug
+                    for e in self.journal.entries)
+        self.journal.add("starting", run_id=self.run_id, debug=self.debug)  # the intent: not yet a run
+        try:
             reply = self.client.start(self.run_id, self.description, track_persona=self.track_persona,
                                       debug=self.debug)
-            self.journal.add("utterance", reply=reply.model_dump(mode="json"))
-            return reply
-        return self._where_now()
+        except LiveError as exc:
+            if exc.status != 412 or not tried:
+                raise
+            reply = self._adopt(exc)  # an earlier start from here may have reached the server, its reply lost
+        self.journal.add("start", run_id=self.run_id, debug=self.debug)  # accepted: from now on, a run to resume
+        self.journal.add("utterance", reply=reply.model_dump(mode="json"))
+        return reply
+
+    def _adopt(self, taken: LiveError) -> Utterance:
+        """After a 412, when this directory tried to start the same run before: the run is this directory's own
+        (its start reached the server, the reply was lost) when the server's session is still at the run's first
+        utterance, with nothing answered; else the 412 stands."""
+        try:
+            current = self.client.session(self.run_id, debug=self.debug)
+            if len(current.history) != 1:
+                raise taken
+            if not self.debug and len(self.client.status(self.run_id).done_topics) != 1:
+                raise taken
+        except LiveError:
+            raise taken from None
+        note(f"run {self.run_id}: an earlier run/start from {self.out} reached the server (its reply was lost); "
+             "going on with that run")
+        return current
 
     def _where_now(self) -> Utterance:
-        """The server's current utterance (``run/session``). Right after a session ended it has none (500), and
-        after the run's last words none at all (428): the run's status and the journal then say which closing
-        words are current."""
+        """The server's current utterance (``run/session``; ``debug/session`` for a debug run). With no session
+        open (500) the last answer was recorded and the user's closing words are current: the run is between
+        topics, or finished, which ``run/status`` says (a debug run has no status: the next ``continue`` says
+        it). A run the server does not hold (428) is finished when its status says ``complete``."""
         try:
-            return self.client.session(self.run_id)
+            return self.client.session(self.run_id, debug=self.debug)
         except LiveError as exc:
             if exc.status in (404, 405):
                 raise SessionUnknown("the server cannot say where the run stands (no run/session): stopping, "
                                      "nothing sent") from None
             if exc.status not in (428, 500):
                 raise
-            status = exc.status
-        completed = str(self.client.status(self.run_id).get("status", "")) == "completed"
+            answered = exc.status
         last = self.journal.last("utterance")
-        if last is None or (status == 428 and not completed):
-            raise SessionUnknown("the server has no active run of this id and the journal cannot say where it "
-                                 "stands: stopping, nothing sent")
+        if last is None:
+            raise SessionUnknown("the server has no open session of this run and the journal holds no utterance: "
+                                 "stopping, nothing sent")
         previous = Utterance.model_validate(last["reply"])
+        if self.debug:
+            if answered == 428:
+                raise SessionUnknown(f"the server holds no debug run {self.run_id} (restarted?): a debug run "
+                                     "cannot be resumed then; start another with a new --run-id")
+            return self._closing(previous, finished=previous.last_response_of_session
+                                 and previous.last_response_of_run)
+        try:
+            status = self.client.status(self.run_id)
+        except LiveError as exc:
+            if exc.status == 404:
+                raise SessionUnknown(f"the server does not know run {self.run_id} (run/status: 404): stopping, "
+                                     "nothing sent") from None
+            raise
+        if answered == 428 and not status.complete:
+            raise SessionUnknown(f"the server holds no active run {self.run_id} and its status is "
+                                 f"{status.status!r}: stopping, nothing sent")
+        return self._closing(previous, finished=status.complete)
+
+    def _closing(self, previous: Utterance, *, finished: bool) -> Utterance:
+        """The user's closing words after ``previous`` (whose answer the server recorded), as the journal knows
+        them: the text itself may not have arrived."""
         history = list(previous.history)
-        if not previous.last_response_of_session:  # its answer was recorded: the user's closing words are current
-            answered = self._answer_for(previous)
-            history += [HistoryMessage(role="user", content=previous.utterance),
-                        HistoryMessage(role="assistant", content=answered.response if answered else "")]
-        return previous.model_copy(update={"utterance": "", "last_response_of_session": True,
-                                           "last_response_of_run": completed, "history": history})
+        if not previous.last_response_of_session:
+            done = self._answer_for(previous)
+            history += [HistoryMessage(role="assistant", content=done[0].response if done else ""),
+                        HistoryMessage(role="user", content="")]
+        return previous.model_copy(update={"utterance": "" if not previous.last_response_of_session
+                                           else previous.utterance, "last_response_of_session": True,
+                                           "last_response_of_run": finished, "history": history})
 
     def play(self) -> ConverseSummary:
         self.prepare()
@@ -379,19 +464,39 @@ class Converse:
             done = self._answer_for(reply)
             if done is not None:
                 self.summary.resent += 1
-            answer = done or self._compute(reply)
+                answer = self._refit(*done)
+            else:
+                answer = self._compute(reply)
             reply = self._send(reply, answer)
         self._write_outputs()
+        if not self.debug:  # a debug run has no dump
+            self.summary.record = self.check_record()
         return self.summary
 
-    def _answer_for(self, reply: Utterance) -> Answer | None:
-        """An answer already computed for this utterance (sent or not): it is sent again, never recomputed."""
+    def _answer_for(self, reply: Utterance) -> tuple[Answer, dict[str, Any]] | None:
+        """The latest answer computed for this utterance (sent or not), and its journal entry: it is sent again,
+        never recomputed."""
         key = _key(reply)
         for entry in reversed(self.journal.entries):
             if entry["event"] == "answer" and tuple(entry["key"]) == key:
                 return Answer(entry["turn_id"], entry["response"], entry["citations"], entry["provenance"],
-                              entry["trimmed"], entry["seconds"])
+                              entry["trimmed"], entry["seconds"]), entry
         return None
+
+    def _refit(self, answer: Answer, entry: dict[str, Any]) -> Answer:
+        """A journaled answer fitted to the limit in force (a refused one was over it): the cut one is journaled
+        before it is sent."""
+        limit = self.client.protocol.response_tokens
+        response, cut = fit_tokens(answer.response, limit)
+        if not cut:
+            return answer
+        fitted = Answer(answer.turn_id, response, answer.citations, answer.ptkb_provenance, True, answer.seconds)
+        self.journal.add("answer", **{**{k: v for k, v in entry.items() if k not in ("event", "time")},
+                                      "response": response, "trimmed": True, "refitted": limit})
+        note(f"turn {answer.turn_id}: the journaled response was cut to {limit} tokens at a sentence end before "
+             "it was sent again (said in the journal)")
+        self.summary.refitted += 1
+        return fitted
 
     def _compute(self, reply: Utterance) -> Answer:
         self._current_user = reply.user_id
@@ -423,10 +528,108 @@ class Converse:
         except LostReply:
             warn("the reply to an answer was lost: asking the server where the run stands before sending again")
             following = self._where_now()
-            if _key(following) == _key(reply):
+            if _key(following) == _key(reply) and not following.last_response_of_session:
                 return self._send(reply, answer)  # not recorded: the same answer again
+            # else recorded; or, for the closing words' empty answer, still between topics (the loop sends it again)
+        except LiveError as exc:
+            if not answer.turn_id and exc.status == 400 and "No more open topics" in exc.detail:
+                following = self._closing(reply, finished=True)  # the closing words were the run's last
+            elif exc.status == 422 and answer.turn_id:
+                raise AnswerRefused(
+                    f"the server refused the answer to {answer.turn_id} (422: {exc.detail}); it stays in "
+                    f"{self.journal.path.name}: the same command within the server's limit (--response-tokens, "
+                    f"{self.client.protocol.response_tokens} now) cuts it to that limit and sends it") from None
+            else:
+                raise
         self.journal.add("sent", turn_id=answer.turn_id, key=list(_key(reply)))
         return following
+
+    # ---- the server's record -------------------------------------------------------------------------------
+    def _answered(self) -> list[tuple[Utterance, dict[str, Any]]]:
+        """Each question of the journal (closing words left out), once, in order, with its latest answer."""
+        seen: set[tuple[str, str, int]] = set()
+        found = []
+        for entry in self.journal.entries:
+            if entry["event"] != "utterance":
+                continue
+            reply = Utterance.model_validate(entry["reply"])
+            if reply.last_response_of_session or _key(reply) in seen:
+                continue
+            seen.add(_key(reply))
+            done = self._answer_for(reply)
+            if done is not None:
+                found.append((reply, done[1]))
+        return found
+
+    def check_record(self) -> RecordCheck:
+        """The server's record (``run/dump``, saved as ``dump.jsonl``) against the journal, per answered
+        utterance: the utterance, the text, the citations and the PTKB provenance, and the persona flag of the
+        run. A record a year's form could not get stored (``--protocol 2025``'s top-level fields) is named."""
+        from apcir.io import write_jsonl
+
+        try:
+            records = self.client.dump(self.run_id)
+        except ApcirError as exc:
+            return RecordCheck(error=f"run/dump: {exc}")
+        write_jsonl(self.out / DUMP_FILE, records)
+        theirs: dict[str, list[dict[str, Any]]] = {}
+        extra: Any = None
+        for record in records:
+            meta = record.get("metadata") or {}
+            extra = meta.get("extra", extra)
+            response = (record.get("responses") or [{}])[0]
+            if response.get("assistant_text") is None:  # the user's closing words
+                continue
+            theirs.setdefault(str(meta.get("topic_id", "")).rpartition("_")[0], []).append(
+                {**response, "topic_id": meta.get("topic_id")})
+        mine: dict[str, list[tuple[Utterance, dict[str, Any]]]] = {}
+        for reply, entry in self._answered():
+            mine.setdefault(reply.topic_id, []).append((reply, entry))
+        check = RecordCheck(total=sum(len(v) for v in mine.values()))
+        nested = self.client.protocol.nested
+        for topic in dict.fromkeys([*mine, *theirs]):
+            ours, recorded = mine.get(topic, []), theirs.get(topic, [])
+            for i in range(max(len(ours), len(recorded))):
+                if i >= len(recorded):
+                    check.differences.append(f"{ours[i][1]['turn_id']}: the server has no record of this answer")
+                    continue
+                if i >= len(ours):
+                    check.differences.append(f"{recorded[i]['topic_id']}: the server recorded an answer the journal "
+                                             "does not hold")
+                    continue
+                problems = self._differences(ours[i][0], ours[i][1], recorded[i], nested)
+                if problems:
+                    check.differences.append(f"{ours[i][1]['turn_id']}: {'; '.join(problems)}")
+                else:
+                    check.matched += 1
+        stored = (extra or {}).get("track_persona") if isinstance(extra, dict) else None
+        if bool(stored) != self.track_persona:
+            how = "" if nested else " (--protocol 2025 sends it at the top level, which the server ignores)"
+            check.differences.append(f"track_persona: sent {str(self.track_persona).lower()}, the server stored "
+                                     f"{json.dumps(extra)}{how}")
+        return check
+
+    @staticmethod
+    def _differences(reply: Utterance, entry: dict[str, Any], recorded: dict[str, Any], nested: bool) -> list[str]:
+        problems = []
+        if recorded.get("user_utterance") != reply.utterance:
+            problems.append("the server recorded another utterance")
+        if recorded.get("assistant_text") != entry["response"]:
+            problems.append("the server's text differs from the one sent")
+        if not _same_citations(entry["citations"], recorded.get("assistant_citations")):
+            stored = recorded.get("assistant_citations")
+            problems.append(f"the citations differ ({len(entry['citations'])} sent, "
+                            f"{len(stored) if isinstance(stored, dict) else 0} recorded)")
+        meta = recorded.get("assistant_meta")
+        provenance = meta.get("ptkb_provenance") if isinstance(meta, dict) else None
+        sent = list(entry["provenance"])
+        if provenance is None and sent:
+            how = "" if nested else " (--protocol 2025 sends it at the top level, which the server ignores)"
+            problems.append(f"the PTKB provenance ({len(sent)} statement{'s' if len(sent) != 1 else ''}) was not "
+                            f"stored{how}")
+        elif provenance is not None and list(provenance) != sent:
+            problems.append("the PTKB provenance differs")
+        return problems
 
     def _write_outputs(self) -> None:
         write_run({t: hits for t, hits in self.run.items() if hits}, self.out / RUN_FILE, tag=self.run_id,

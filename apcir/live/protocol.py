@@ -1,20 +1,44 @@
 """The iKAT interactive task's simulation API: its records, each year's field names and limits.
 
-As documented for 2025 ("TREC iKAT Simulation API") and as described by the organisers' server
-(``marcel-gohsen/user-simulation-api``): every request carries ``Authorization: Bearer <token>``;
-``run/start`` answers the first utterance, ``run/continue`` takes the answer to the current one and
-answers the next. After an utterance flagged ``last_response_of_session`` (the user's closing words),
-the next ``continue`` (its response ignored, may be empty) gets the next topic's first utterance;
-after ``last_response_of_run`` the run is over. Errors are ``{"detail"}`` with the status codes of
-:data:`ERRORS`.
+The reference is the organisers' server (Sim.API, ``marcel-gohsen/user-simulation-api``; its snapshot of
+2026-04-20, commit 1072413, is what apcir's tests run against). Where its documentation (its README) and its
+code disagree, this module follows the code, and keeps a documented form only where a deployed server is known
+to have used it:
 
-The years differ in field names (:class:`Protocol`): 2025 sends ``track_persona`` and
-``ptkb_provenance`` at the top level, 2026 under ``extra`` / ``meta``, and its status counts
-user-topic pairs; 2026 replies carry the user's PTKB in ``user_meta.ptkb``.
+- every request carries ``Authorization: Bearer <token>`` (a base64 token: anything else is 400, a wrong one 401);
+- ``run/start`` answers the first utterance, ``run/continue`` takes the answer to the current one and answers the
+  next; after an utterance flagged ``last_response_of_session`` (the user's closing words) the next ``continue``
+  (its response ignored, sent empty) opens the next topic; after ``last_response_of_run`` the run is over, and a
+  further ``continue`` is 400 ("No more open topics");
+- ``history`` holds the current and prior utterances: its **last entry is the current utterance** (README and
+  code agree): the earlier turns are the entries before it (:meth:`Utterance.earlier`);
+- ``run/session`` answers the open session's current utterance (flags always false); with no session open
+  (between topics, after the run) it answers **500**, and for a run it does not hold 428; a debug run has
+  ``debug/session`` and no status or dump;
+- ``run/status`` is ``{"status", "done_topics", "open_topics"}`` with ``status`` ``active``, ``inactive`` or
+  ``complete`` (the README's list says ``completed``; its example and the code say ``complete``, and both are
+  read). A topic is "done" as soon as its session opened, so ``complete`` alone does not mean the last answer was
+  recorded: with no session open as well, it does. The 2026 guidelines' ``open_user_topic_pairs`` is read only
+  where a server sends it (none known does);
+- ``run/dump`` is NDJSON (``application/x-ndjson``; the README shows a JSON list with other field names, which
+  the code does not write): one record per request, ``metadata.topic_id`` = ``{topic}_{i}``, the user's closing
+  words included with a null ``assistant_text`` (:func:`parse_dump`);
+- bodies: start takes ``run_id``, ``description``, ``extra`` (an object) and an optional ``team_id``; continue
+  takes ``run_id``, ``response``, ``citations`` (``{passage_id: score}`` or null, no count limit) and ``meta``
+  (an object); any other field is ignored. A response over 250 tokens (spaCy's blank English tokenizer) is 422;
+- replies carry no ``user_meta`` (the 2026 guidelines' ``user_meta.ptkb`` is read where a server sends it).
+
+The years differ in where the persona flag and the PTKB provenance go (:class:`Protocol`): **2026** puts them
+in ``extra.track_persona`` and ``meta.ptkb_provenance``, the fields the server's code stores; **2025** sends them
+at the top level, the form the 2025 deployment documented (its README's examples of May 2025) and its code once
+read (a ``ptkb_provenance`` field, now commented out). The current server ignores the 2025 fields:
+``apcir converse`` checks the server's record after a run and says what it did not store.
+Statuses: :data:`apcir.live.errors.STATUS`.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -23,16 +47,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 RESPONSE_TOKENS = 250
 """The server refuses a longer response (HTTP 422), counted by spaCy's blank English tokenizer; both years'
-API documentation says 250 (the 2026 guidelines say 512: the server's check is what a run meets)."""
-
-ERRORS = {
-    400: "bad request: no more topics, or an empty run id or description",
-    401: "the token is missing or not valid",
-    403: "forbidden: another team's run, or the debug budget is spent",
-    412: "the run id is taken or the run is completed",
-    422: "invalid body (e.g. a response over the token limit)",
-    428: "no such active run",
-}
+API documentation says 250 and the server's code checks 250 (the 2026 guidelines say 512: the server's check
+is what a run meets)."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +60,8 @@ class Protocol:
     """Citations sent at most (2025: 1,000; 2026: 10, the depth the 2026 guidelines assess)."""
     response_tokens: int = RESPONSE_TOKENS
     nested: bool = False
-    """2026: ``extra.track_persona`` and ``meta.ptkb_provenance`` (2025: top-level fields)."""
+    """2026: ``extra.track_persona`` and ``meta.ptkb_provenance``, what the server stores (2025: top-level
+    fields, which the current server ignores)."""
 
     def start_body(self, run_id: str, description: str, track_persona: bool) -> dict[str, Any]:
         body: dict[str, Any] = {"run_id": run_id, "description": description}
@@ -63,18 +80,6 @@ class Protocol:
         else:
             body["ptkb_provenance"] = list(ptkb_provenance)
         return body
-
-    def track_persona(self, body: dict[str, Any]) -> bool:
-        return bool((body.get("extra") or {}).get("track_persona") if self.nested else body.get("track_persona"))
-
-    def ptkb_provenance(self, body: dict[str, Any]) -> list[str]:
-        raw = (body.get("meta") or {}).get("ptkb_provenance") if self.nested else body.get("ptkb_provenance")
-        return [str(x) for x in raw or []]
-
-    def status(self, open_pairs: list[list[str]], done_pairs: list[list[str]], status: str) -> dict[str, Any]:
-        if self.nested:
-            return {"status": status, "open_user_topic_pairs": open_pairs, "done_user_topic_pairs": done_pairs}
-        return {"status": status, "open_topics": [t for _, t in open_pairs], "done_topics": [t for _, t in done_pairs]}
 
 
 PROTOCOLS = {2025: Protocol(2025, citations=1000), 2026: Protocol(2026, citations=10, nested=True)}
@@ -106,12 +111,60 @@ class Utterance(BaseModel):
     last_response_of_run: bool = False
     user_meta: UserMeta | None = None
 
+    def earlier(self) -> list[HistoryMessage]:
+        """The history before the current utterance: the server's ``history`` ends with it (a history that ends
+        with an answer, which no server is known to send, would hold earlier turns only)."""
+        if self.history and self.history[-1].role == "user":
+            return list(self.history[:-1])
+        return list(self.history)
+
     def ptkb(self) -> dict[str, str] | None:
         """The user's PTKB as statement id -> text, when the reply carries it (ids: 1-based positions)."""
         if self.user_meta is None or self.user_meta.ptkb is None:
             return None
         given = self.user_meta.ptkb
         return dict(given) if isinstance(given, dict) else {str(i): s for i, s in enumerate(given, 1)}
+
+
+class RunStatus(BaseModel):
+    """``run/status``: where a run stands, in the names the server used."""
+
+    model_config = ConfigDict(extra="allow")
+
+    status: str
+    done_topics: list[str] = Field(default_factory=list)
+    open_topics: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def read(cls, payload: Any) -> RunStatus:
+        data = dict(payload) if isinstance(payload, dict) else {"status": str(payload)}
+        for field, pairs in (("open_topics", "open_user_topic_pairs"), ("done_topics", "done_user_topic_pairs")):
+            if field not in data and pairs in data:  # the 2026 guidelines' names, where a server sends them
+                data[field] = [str(p[-1]) if isinstance(p, list) else str(p) for p in data[pairs] or []]
+        return cls.model_validate(data)
+
+    @property
+    def complete(self) -> bool:
+        """Every topic has been started (``complete``; ``completed`` in the README's list)."""
+        return self.status in ("complete", "completed")
+
+
+def parse_dump(text: str) -> list[dict[str, Any]]:
+    """``run/dump``'s NDJSON, one record per line (a blank line skipped)."""
+    from apcir.errors import ApcirError
+
+    records = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ApcirError(f"run/dump line {number} is not JSON ({exc.msg})") from None
+        if not isinstance(record, dict):
+            raise ApcirError(f"run/dump line {number} is not a JSON object")
+        records.append(record)
+    return records
 
 
 @lru_cache(maxsize=1)

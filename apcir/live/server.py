@@ -1,48 +1,86 @@
 """A local server of the simulation API on 127.0.0.1, played by simulated users (``apcir simulate-user``).
 
-It keeps the protocol's fields, limits and error codes (:mod:`apcir.live.protocol`) for either year, and logs
-every exchange (utterance, answer, citations, PTKB provenance) as JSON lines, so a test can check that every
-utterance was answered exactly once. ``run/session`` behaves as the organisers' server is described to: its
-flags are always false, and right after a session ended (the user's closing words) it fails with 500.
+It behaves as the organisers' server (Sim.API, :mod:`apcir.live.protocol`) does, point by point, so that a run
+developed against it meets the real one unchanged; tests run the same conversation against both:
+
+- ``history`` ends with the current utterance; replies carry no ``user_meta`` (``send_ptkb``: the 2026
+  guidelines' ``user_meta.ptkb``, which the organisers' server does not send);
+- ``run/session`` (``debug/session``) answers the open session, 500 (``Internal Server Error``, plain text) with
+  none open (between topics, after the run), 428 for a run it does not hold;
+- ``run/status`` is ``{"status", "done_topics", "open_topics"}``, a topic being done as soon as its session
+  opened, ``complete`` when none is left to open; 404 for a run it does not know and for a debug run;
+- ``run/dump`` is NDJSON (``application/x-ndjson``), one record per request (the closing words with a null
+  ``assistant_text``), ``metadata.topic_id`` ``{topic}_{i}``;
+- start stores ``extra`` and continue ``meta`` as sent, and ignores any other field; the errors are the
+  server's statuses and details: 400 for a token that is not base64, an empty run id or description and a
+  ``continue`` after the run; 401 for a wrong or missing token; 403 for a spent budget; 412 for a taken or
+  finished run id; 422 with FastAPI's list of errors for a body it cannot take (a response over 250 tokens);
+  428 for a run it does not hold.
+
+It also logs every exchange (utterance, answer, citations, PTKB provenance) as JSON lines, so a test can check
+that every utterance was answered exactly once, and makes faults on demand (:class:`Faults`).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from apcir.live.protocol import PROTOCOLS, Protocol, count_tokens
+from apcir.live.protocol import PROTOCOLS, RESPONSE_TOKENS, Protocol, count_tokens
 from apcir.live.users import Session
+
+RUNS = 100
+"""Runs a team may start (the organisers' configuration)."""
+DEBUG_SESSIONS = 100
+"""Debug sessions a team may open (the organisers' configuration)."""
 
 
 class Refused(Exception):
-    def __init__(self, status: int, detail: str):
-        super().__init__(detail)
+    def __init__(self, status: int, detail: Any):
+        super().__init__(str(detail))
         self.status = status
         self.detail = detail
+
+
+class Crashed(Exception):
+    """The organisers' server fails with 500 here (an unhandled exception, a plain-text body)."""
+
+
+def _invalid(loc: list[str | int], message: str, given: Any, kind: str = "value_error") -> Refused:
+    """A 422 as FastAPI words it: a list of errors, each with where, what and the input."""
+    return Refused(422, [{"type": kind, "loc": ["body", *loc], "msg": message, "input": given}])
 
 
 @dataclass
 class SimulatedRun:
     run_id: str
     description: str
+    extra: dict[str, Any] | None
     sessions: list[Session]
-    track_persona: bool
+    debug: bool = False
     index: int = 0
-    answers: list[dict[str, Any]] = field(default_factory=list)
-    completed: bool = False
+    open: bool = True
+    """A session is open (false between the user's closing words and the next ``continue``)."""
+    records: list[dict[str, Any]] = field(default_factory=list)
+    """What ``run/dump`` returns: one record per request, in order."""
 
     @property
     def session(self) -> Session:
         return self.sessions[self.index]
+
+    @property
+    def track_persona(self) -> bool:
+        return bool((self.extra or {}).get("track_persona"))
 
 
 @dataclass
@@ -66,18 +104,21 @@ class Dropped(Exception):
 
 
 class Simulation:
-    """The server's state: runs by id, the users' sessions, the debug budget and the log."""
+    """The server's state: runs by id, the users' sessions, the budgets and the log."""
 
-    def __init__(self, make_sessions: Callable[[], list[Session]], token: str, protocol: Protocol,
-                 log: Path | None = None, budget: int = 5, team_id: str = "apcir-test",
-                 faults: Faults | None = None):
+    def __init__(self, make_sessions: Callable[[], list[Session]], token: str, *, log: Path | None = None,
+                 budget: int = DEBUG_SESSIONS, runs: int = RUNS, team_id: str = "apcir-test",
+                 faults: Faults | None = None, send_ptkb: bool = False, response_tokens: int = RESPONSE_TOKENS):
         self.make_sessions = make_sessions
         self.token = token
-        self.protocol = protocol
         self.log = log
         self.budget = budget
+        """Debug sessions left."""
+        self.runs_left = runs
         self.team_id = team_id
         self.faults = faults or Faults()
+        self.send_ptkb = send_ptkb
+        self.response_tokens = response_tokens
         self.runs: dict[str, SimulatedRun] = {}
         self.debug_runs: dict[str, SimulatedRun] = {}
         self.lock = threading.Lock()
@@ -85,19 +126,18 @@ class Simulation:
         """``run/continue`` requests received so far (the faults count them, 1-based)."""
 
     # ---- replies ------------------------------------------------------------------------------------
-    def _reply(self, run: SimulatedRun, flags: bool = True) -> dict[str, Any]:
+    def _reply(self, run: SimulatedRun, *, flags: bool = True) -> dict[str, Any]:
         session = run.session
-        last_session = session.closing
+        ended = not run.open and flags
         reply: dict[str, Any] = {
-            "timestamp": datetime.now(UTC).isoformat(), "run_id": run.run_id, "topic_id": session.topic_id,
-            "user_id": session.user_id, "utterance": session.current(), "history": list(session.history),
-            "last_response_of_session": last_session and flags,
-            "last_response_of_run": last_session and flags and run.index == len(run.sessions) - 1,
+            "timestamp": datetime.now().isoformat(), "run_id": run.run_id, "topic_id": session.topic_id,
+            "user_id": session.user_id, "utterance": session.history[-1]["content"],
+            "history": [dict(m) for m in session.history],
+            "last_response_of_session": ended,
+            "last_response_of_run": ended and run.index == len(run.sessions) - 1,
         }
-        if self.protocol.nested:
+        if self.send_ptkb:
             reply["user_meta"] = {"ptkb": list(session.ptkb.values())}
-        if reply["last_response_of_run"]:
-            run.completed = True  # the user's last words: every later request is an error
         return reply
 
     def _write_log(self, entry: dict[str, Any]) -> None:
@@ -105,26 +145,78 @@ class Simulation:
             with self.log.open("a", encoding="utf-8") as handle:
                 handle.write(json.dumps(entry, ensure_ascii=False) + "\n")
 
+    def _record(self, run: SimulatedRun, utterance: str, user_meta: dict[str, Any], text: str | None,
+                citations: dict[str, float] | None, meta: Any) -> None:
+        topic = run.session.topic_id
+        number = sum(r["metadata"]["topic_id"].rpartition("_")[0] == topic for r in run.records) + 1
+        run.records.append({
+            "metadata": {"team_id": self.team_id, "run_id": run.run_id, "description": run.description,
+                         "extra": run.extra, "topic_id": f"{topic}_{number}"},
+            "responses": [{"rank": 1, "user_utterance": utterance, "user_meta": user_meta, "assistant_text": text,
+                           "assistant_citations": citations, "assistant_meta": meta}]})
+
+    # ---- bodies, checked as the organisers' pydantic models check them ---------------------------------
+    @staticmethod
+    def _text(body: dict[str, Any], name: str) -> str:
+        if name not in body:
+            raise _invalid([name], "Field required", body, "missing")
+        if not isinstance(body[name], str):
+            raise _invalid([name], "Input should be a valid string", body[name], "string_type")
+        return str(body[name])
+
+    @staticmethod
+    def _object(body: dict[str, Any], name: str) -> dict[str, Any] | None:
+        value = body.get(name)
+        if value is not None and not isinstance(value, dict):
+            raise _invalid([name], "Input should be a valid dictionary", value, "dict_type")
+        return value
+
+    def _response(self, body: dict[str, Any]) -> tuple[str, dict[str, float] | None, dict[str, Any] | None]:
+        response = self._text(body, "response")
+        tokens = count_tokens(response)
+        if tokens > self.response_tokens:
+            raise _invalid(["response"], f"Value error, Response is too long ({tokens} tokens). Response exceeds "
+                           f"limit of {self.response_tokens} tokens.", response)
+        citations = body.get("citations")
+        if citations is not None:
+            if not isinstance(citations, dict):
+                raise _invalid(["citations"], "Input should be a valid dictionary", citations, "dict_type")
+            for key, score in citations.items():
+                if isinstance(score, bool) or not isinstance(score, (int, float)):
+                    raise _invalid(["citations", key], "Input should be a valid number", score, "float_type")
+            citations = {k: float(v) for k, v in citations.items()}
+        return response, citations, self._object(body, "meta")
+
     # ---- endpoints ------------------------------------------------------------------------------------
     def start(self, body: dict[str, Any], debug: bool) -> dict[str, Any]:
+        run_id, description = self._text(body, "run_id"), self._text(body, "description")
+        extra = self._object(body, "extra")
         runs = self.debug_runs if debug else self.runs
-        run_id, description = str(body.get("run_id") or ""), str(body.get("description") or "")
-        if not run_id.strip() or not description.strip():
-            raise Refused(400, "run_id and description must not be empty")
-        if run_id in runs:
-            raise Refused(412, f"run {run_id} already exists")
         if debug:
-            self._spend()
-        run = SimulatedRun(run_id, description, self.make_sessions(), self.protocol.track_persona(body))
+            self._check_budget()
+        elif self.runs_left <= 0:
+            raise Refused(403, "You exceeded the maximum number of runs you can submit.")
+        if not run_id:
+            raise Refused(400, "Run name cannot be empty. Please provide a meaningful name.")
+        if not description:
+            raise Refused(400, "Run description cannot be empty. Please provide a meaningful description.")
+        if run_id in runs:
+            raise Refused(412, f'Active run with the name "{run_id}" already exists or a run with that name was '
+                               "already completed before.")
+        run = SimulatedRun(run_id, description, extra, self.make_sessions(), debug=debug)
         if not run.sessions:
-            raise Refused(400, "no more topics")
+            raise Crashed  # the organisers' server has no topic to open either
+        if debug:
+            self.budget -= 1
+        else:
+            self.runs_left -= 1
         runs[run_id] = run
+        run.session.history = [{"role": "user", "content": run.session.current()}]
         return self._reply(run)
 
-    def _spend(self) -> None:
+    def _check_budget(self) -> None:
         if self.budget <= 0:
-            raise Refused(403, "debug budget spent")
-        self.budget -= 1
+            raise Refused(403, "You exceeded the maximum number of requests you can submit.")
 
     def continue_(self, body: dict[str, Any], debug: bool) -> dict[str, Any]:
         self.continues += 1
@@ -143,98 +235,133 @@ class Simulation:
         return reply
 
     def _continue(self, body: dict[str, Any], debug: bool) -> dict[str, Any]:
-        run = self._active(str(body.get("run_id") or ""), debug)
-        response, citations = body.get("response"), body.get("citations", {})
-        if not isinstance(response, str) or not isinstance(citations, dict):
-            raise Refused(422, "response must be a string and citations an object")
-        session = run.session
-        if not session.closing:
-            tokens = count_tokens(response)
-            if tokens > self.protocol.response_tokens:
-                raise Refused(422, f"response has {tokens} tokens, more than {self.protocol.response_tokens}")
-            if len(citations) > 1000:
-                raise Refused(422, "more than 1000 citations")
-            utterance = session.current()
-            entry = {"run_id": run.run_id, "topic_id": session.topic_id, "user_id": session.user_id,
-                     "turn": len(session.history) // 2 + 1, "utterance": utterance, "response": response,
-                     "citations": citations, "ptkb_provenance": self.protocol.ptkb_provenance(body)}
-            entry.update(session.advance(response))  # the user's own notes (a rubric user's score)
-            run.answers.append(entry)
-            self._write_log(entry)
-            session.history += [{"role": "user", "content": utterance}, {"role": "assistant", "content": response}]
+        run_id = self._text(body, "run_id")
+        response, citations, meta = self._response(body)
+        run = self._held(run_id, debug)
+        if not run.open:  # the closing words' response is ignored: the next topic opens
+            if run.index + 1 >= len(run.sessions):
+                raise Refused(400, f'No more open topics for run "{run.run_id}". Run was finished!')
+            if debug:
+                self._check_budget()
+                self.budget -= 1
+            run.index += 1
+            run.open = True
+            run.session.history = [{"role": "user", "content": run.session.current()}]
             return self._reply(run)
-        # the closing words' response is ignored: the next topic starts
-        if debug:
-            self._spend()
-        run.index += 1
+        session = run.session
+        utterance = session.current()
+        notes = session.advance(response)  # the user's own notes (a rubric user's score)
+        session.history.append({"role": "assistant", "content": response})
+        session.history.append({"role": "user", "content": session.current()})
+        provenance = (meta or {}).get("ptkb_provenance")
+        entry = {"run_id": run.run_id, "topic_id": session.topic_id, "user_id": session.user_id,
+                 "turn": sum(m["role"] == "assistant" for m in session.history), "utterance": utterance,
+                 "response": response, "citations": citations or {},
+                 "ptkb_provenance": [str(x) for x in provenance] if isinstance(provenance, list) else [],
+                 "debug": debug, **notes}
+        self._write_log(entry)
+        self._record(run, utterance, notes, response, citations, meta)
+        if session.closing:
+            run.open = False
+            self._record(run, session.current(), {}, None, {}, {})
         return self._reply(run)
 
-    def _active(self, run_id: str, debug: bool) -> SimulatedRun:
+    def _held(self, run_id: str, debug: bool) -> SimulatedRun:
         run = (self.debug_runs if debug else self.runs).get(run_id)
-        if run is None or run.completed:
-            raise Refused(428, f"no active run {run_id}")
+        if run is None:
+            raise Refused(428, f'Run with the name "{run_id}" does not exist or was completed.')
         return run
 
-    def session(self, run_id: str) -> dict[str, Any]:
-        run = self._active(run_id, False)
-        if run.session.closing:
-            raise Refused(500, "Internal Server Error")
+    def session(self, run_id: str, debug: bool) -> dict[str, Any]:
+        run = self._held(run_id, debug)
+        if not run.open:
+            raise Crashed
         return self._reply(run, flags=False)
 
     def status(self, run_id: str) -> dict[str, Any]:
         run = self.runs.get(run_id)
         if run is None:
-            raise Refused(428, f"no active run {run_id}")
-        pairs = [[s.user_id, s.topic_id] for s in run.sessions]
-        done = pairs[: run.index + (1 if run.completed else 0)]
-        return self.protocol.status(pairs[len(done):], done, "completed" if run.completed else "active")
+            raise Refused(404, f'Run "{run_id}" does not exist.')
+        topics = [s.topic_id for s in run.sessions]
+        done, left = topics[: run.index + 1], topics[run.index + 1:]
+        return {"status": "complete" if not left else "active", "done_topics": done, "open_topics": left}
 
     def dump(self, run_id: str) -> str:
         run = self.runs.get(run_id)
         if run is None:
-            raise Refused(428, f"no active run {run_id}")
-        return "".join(json.dumps(a, ensure_ascii=False) + "\n" for a in run.answers)
+            raise Refused(404, f'Run "{run_id}" does not exist.')
+        if not run.records:
+            raise Crashed  # the organisers' server fails on a run with nothing recorded yet
+        return "\n".join(json.dumps(r) for r in run.records)
 
     # ---- HTTP ------------------------------------------------------------------------------------------
+    def _team(self, headers: Any) -> None:
+        """The organisers' authentication: a bearer token, base64, a team's."""
+        given = str(headers.get("Authorization") or "")
+        scheme, _, token = given.partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            raise Refused(401, "Not authenticated")
+        if token == self.token:
+            return
+        try:
+            base64.b64decode(token.encode()).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            raise Refused(400, "Token is not base64 encoded.") from None
+        raise Refused(401, "Token is invalid.")
+
     def handle(self, method: str, path: str, headers: Any, body: bytes) -> tuple[int, str, str]:
         """(status, content type, body) of one request."""
-        if headers.get("Authorization") != f"Bearer {self.token}":
-            return 401, "application/json", json.dumps({"detail": "Invalid token"})
         url = urlparse(path)
         route = url.path.strip("/")
+        if route.startswith("simulation/"):  # the organisers' root path, where a client keeps it
+            route = route.removeprefix("simulation/")
         query = {k: v[0] for k, v in parse_qs(url.query).items()}
-        try:
-            data = json.loads(body or b"{}") if method == "POST" else {}
-            if not isinstance(data, dict):
-                raise Refused(422, "the body must be a JSON object")
-        except json.JSONDecodeError:
-            return 422, "application/json", json.dumps({"detail": "invalid JSON"})
+        posts = ("run/start", "debug/start", "run/continue", "debug/continue")
+        gets = ("auth/verify", "budget/check", "run/session", "debug/session", "run/status", "run/dump")
+        if route not in posts + gets:
+            return 404, "application/json", json.dumps({"detail": "Not Found"})
+        if (method == "POST") != (route in posts):
+            return 405, "application/json", json.dumps({"detail": "Method Not Allowed"})
         try:
             with self.lock:
-                if route == "auth/verify":
-                    return 200, "application/json", json.dumps({"team_id": self.team_id})
-                if route == "budget/check":
-                    return 200, "application/json", json.dumps({"budget": self.budget})
-                if method == "POST" and route in ("run/start", "debug/start"):
-                    result: Any = self.start(data, route.startswith("debug"))
-                elif method == "POST" and route in ("run/continue", "debug/continue"):
-                    result = self.continue_(data, route.startswith("debug"))
-                elif route == "run/session":
-                    result = self.session(query.get("run_id", ""))
+                self._team(headers)
+                debug = route.startswith("debug/")
+                if method == "POST":
+                    try:
+                        data = json.loads(body or b"null")
+                    except json.JSONDecodeError as exc:
+                        raise _invalid([exc.pos], "JSON decode error", {}, "json_invalid") from None
+                    if not isinstance(data, dict):
+                        raise _invalid([], "Input should be an object", data, "dataclass_type")
+                    result: Any = self.start(data, debug) if route.endswith("start") else self.continue_(data, debug)
+                elif route == "auth/verify":
+                    result = {"team_id": self.team_id}
+                elif route == "budget/check":
+                    result = {"remaining": {"debug": {"remaining": max(0, self.budget), "unit": "sessions"},
+                                            "run": {"remaining": max(0, self.runs_left), "unit": "runs"}}}
+                elif route.endswith("/session"):
+                    result = self.session(self._run_id(query), debug)
                 elif route == "run/status":
-                    result = self.status(query.get("run_id", ""))
-                elif route == "run/dump":
-                    return 200, "application/jsonl", self.dump(query.get("run_id", ""))
+                    result = self.status(self._run_id(query))
                 else:
-                    return 404, "application/json", json.dumps({"detail": "Not Found"})
+                    return 200, "application/x-ndjson", self.dump(self._run_id(query))
         except Refused as exc:
             detail = exc.detail
-            if self.faults.echo_token:
+            if self.faults.echo_token and isinstance(detail, str):
                 detail += f" (request had Authorization: {headers.get('Authorization')})"
-            return exc.status, "application/json", json.dumps({"detail": detail})
+            return exc.status, "application/json", json.dumps({"detail": detail}, ensure_ascii=False)
+        except Crashed:
+            return 500, "text/plain; charset=utf-8", "Internal Server Error"
         except Dropped:
             return 0, "", ""
         return 200, "application/json", json.dumps(result, ensure_ascii=False)
+
+    @staticmethod
+    def _run_id(query: dict[str, str]) -> str:
+        if "run_id" not in query:
+            raise Refused(422, [{"type": "missing", "loc": ["query", "run_id"], "msg": "Field required",
+                                 "input": None}])
+        return query["run_id"]
 
 
 class SimulationServer:

@@ -8,10 +8,11 @@ guidelines: ``patience``, ``cooperative`` (an uncooperative user does not restat
 misses it) and ``style`` (terse or verbose wording).
 
 ``replay``: a topic's recorded utterances, in order, whatever the answers; after the last one the user
-closes the session ("Thank you, that is all.", flagged ``last_response_of_session``). Topic ids are the
+closes the session (:data:`CLOSING`, flagged ``last_response_of_session``). Topic ids are the
 conversation ids of the topics, so the live run's turn ids (``{topic_id}_{n}``) are the qrels' ids. A user
 is a persona: the conversations of one iKAT persona (``9-1`` and ``9-2`` share persona ``9``) come from the
-same ``user_id``, with the same PTKB, sent as ``user_meta.ptkb`` (2026) when asked.
+same ``user_id``, with the same PTKB, sent as ``user_meta.ptkb`` only when asked (``--send-ptkb``: the
+organisers' server sends none).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class Session:
     ptkb: dict[str, str]
     position: int = 0
     history: list[dict[str, str]] = field(default_factory=list)
+    closing_words: str = CLOSING
 
     @property
     def closing(self) -> bool:
@@ -45,7 +47,7 @@ class Session:
         return self.position >= len(self.utterances)
 
     def current(self) -> str:
-        return CLOSING if self.closing else self.utterances[self.position]
+        return self.closing_words if self.closing else self.utterances[self.position]
 
     def advance(self, response: str) -> dict[str, Any]:
         """Take the system's answer to the current utterance; returns what the user's log adds about it."""
@@ -58,13 +60,14 @@ def persona_of(conversation_id: str) -> str:
     return conversation_id.split("-", 1)[0]
 
 
-def replay_sessions(turns: list[Turn], conversations: int | None = None) -> list[Session]:
-    """One session per conversation of ``turns`` (in the topics' order), its utterances as recorded."""
+def replay_sessions(turns: list[Turn], conversations: int | None = None, *, closing: str = CLOSING) -> list[Session]:
+    """One session per conversation of ``turns`` (in the topics' order), its utterances as recorded, then
+    ``closing``."""
     by_conversation: dict[str, list[Turn]] = {}
     for turn in turns:
         by_conversation.setdefault(turn.conversation_id, []).append(turn)
     sessions = [Session(cid, persona_of(cid), [t.utterance for t in sorted(ts, key=lambda t: t.turn_number)],
-                        dict(ts[0].ptkb)) for cid, ts in by_conversation.items()]
+                        dict(ts[0].ptkb), closing_words=closing) for cid, ts in by_conversation.items()]
     return sessions[:conversations] if conversations else sessions
 
 
@@ -92,7 +95,7 @@ class RubricSession(Session):
 
     def current(self) -> str:
         if self.closing:
-            return CLOSING
+            return self.closing_words
         question = self.rubrics[self.position]
         if self.tries and self.cooperative:
             return f"That does not quite answer it. {question}"

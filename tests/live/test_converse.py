@@ -39,9 +39,11 @@ def live_setup(small, tmp_path_factory):
     return folder, turns, data
 
 
-def _serve(turns, tmp_path, year=2026):
+def _serve(turns, tmp_path, send_ptkb=True):
+    """Replay users (with their PTKB in each reply, as the 2026 guidelines describe; the organisers' server
+    sends none: ``send_ptkb=False``)."""
     log = tmp_path / "user-log.jsonl"
-    simulation = Simulation(lambda: replay_sessions(turns), CANARY, PROTOCOLS[year], log=log)
+    simulation = Simulation(lambda: replay_sessions(turns), CANARY, log=log, send_ptkb=send_ptkb)
     return SimulationServer(simulation).start(), log
 
 
@@ -51,7 +53,7 @@ def test_a_whole_run_against_replay_users_answers_every_utterance_once(live_setu
     try:
         client = SimulationClient(server.url, CANARY, PROTOCOLS[2026])
         summary = Converse(validate_config(data), client, tmp_path / "run", run_id="live-1").play()
-        assert client.status("live-1")["status"] == "completed"
+        assert client.status("live-1").status == "complete"
     finally:
         server.stop()
     exchanges = [json.loads(line) for line in log.read_text().splitlines()]
@@ -155,41 +157,61 @@ def test_killed_before_the_server_recorded_an_answer_it_is_sent_again(live_setup
     assert summary.resent == 1 and summary.answered == len(turns) - 2
 
 
-def test_the_server_refuses_what_the_protocol_refuses_and_the_token_never_shows(tmp_path):
+def test_the_server_refuses_what_the_organisers_server_refuses_and_the_token_never_shows(tmp_path):
+    import base64
+
     turns = [t for t in apcir.topics("ikat23-test") if t.conversation_id == "9-1"][:2]
-    server, _ = _serve(turns, tmp_path, year=2025)
+    server, _ = _serve(turns, tmp_path, send_ptkb=False)
     try:
-        wrong = SimulationClient(server.url, "not-the-token-" + CANARY[::-1], PROTOCOLS[2025])
+        wrong = base64.b64encode(b"not-the-token-" + CANARY[::-1].encode()).decode()
         with pytest.raises(LiveError) as refused:
-            wrong.verify()
-        assert refused.value.status == 401 and CANARY[::-1] not in str(refused.value)
+            SimulationClient(server.url, wrong, PROTOCOLS[2025]).verify()
+        assert refused.value.status == 401 and wrong not in str(refused.value)
+        with pytest.raises(LiveError) as malformed:
+            SimulationClient(server.url, "not base64!", PROTOCOLS[2025]).verify()
+        assert malformed.value.status == 400 and "base64" in str(malformed.value)
         client = SimulationClient(server.url, CANARY, PROTOCOLS[2025])
         first = client.start("r", "test")
-        assert first.utterance == turns[0].utterance and first.user_meta is None  # 2025: no user_meta
+        assert first.utterance == turns[0].utterance and first.user_meta is None  # no user_meta, as the server
+        assert [m.content for m in first.history] == [turns[0].utterance]  # the current utterance, last
         with pytest.raises(LiveError) as taken:
             client.start("r", "again")
         assert taken.value.status == 412
         with pytest.raises(LiveError) as too_long:
             client.send("r", "word " * 300, {}, [])
-        assert too_long.value.status == 422
+        assert too_long.value.status == 422 and "too long (300 tokens)" in too_long.value.detail
+        assert "word word" not in str(too_long.value)  # FastAPI's error list, without its input
         second = client.send("r", "an answer [1].", {"p": 1.0}, ["I like tea."])
-        assert [m.role for m in second.history] == ["user", "assistant"]
+        assert [m.role for m in second.history] == ["user", "assistant", "user"]
+        assert second.history[-1].content == second.utterance == turns[1].utterance
         closing = client.send("r", "another answer.", {}, [])
         assert closing.utterance == CLOSING and closing.last_response_of_session and closing.last_response_of_run
         with pytest.raises(LiveError) as over:
             client.session("r")
-        assert over.value.status == 428  # after the run's last words every request is an error
+        assert over.value.status == 500  # no session open after the run
+        with pytest.raises(LiveError) as finished:
+            client.send("r", "", {}, [])
+        assert finished.value.status == 400 and "No more open topics" in finished.value.detail
         with pytest.raises(LiveError) as unknown:
             client.send("nope", "x", {}, [])
         assert unknown.value.status == 428
-        assert client.status("r") == {"status": "completed", "open_topics": [], "done_topics": ["9-1"]}
+        with pytest.raises(LiveError) as no_status:
+            client.status("nope")
+        assert no_status.value.status == 404
+        status = client.status("r")
+        assert (status.status, status.open_topics, status.done_topics) == ("complete", [], ["9-1"])
+        dump = client.dump("r")
+        assert [d["metadata"]["topic_id"] for d in dump] == ["9-1_1", "9-1_2", "9-1_3"]
+        assert [d["responses"][0]["assistant_text"] for d in dump] == ["an answer [1].", "another answer.", None]
+        assert dump[0]["responses"][0]["assistant_citations"] == {"p": 1.0}
+        assert dump[0]["responses"][0]["assistant_meta"] is None  # 2025's top-level provenance: not stored
     finally:
         server.stop()
 
 
 def test_right_after_a_session_ended_run_session_fails_and_the_journal_carries_on(tmp_path):
-    """As the organisers' server is described to: run/session answers 500 right after a session's closing
-    words; the next continue (its response ignored) opens the next topic."""
+    """As the organisers' server does: run/session answers 500 right after a session's closing words; the
+    next continue (its response ignored) opens the next topic."""
     turns = [t for t in apcir.topics("ikat23-test") if t.conversation_id in ("9-1", "9-2") and t.turn_number == 1]
     server, _ = _serve(turns, tmp_path)
     try:
@@ -201,15 +223,21 @@ def test_right_after_a_session_ended_run_session_fails_and_the_journal_carries_o
         with pytest.raises(LiveError) as ended:
             client.session("s")
         assert ended.value.status == 500
+        assert client.status("s").status == "active"
         second = client.send("s", "", {}, [])
-        assert second.topic_id == "9-2" and second.history == [] and second.user_id == "9"
+        assert second.topic_id == "9-2" and [m.role for m in second.history] == ["user"] and second.user_id == "9"
         assert client.session("s").utterance == second.utterance
+        assert client.status("s").status == "complete"  # the last topic opened: none is left to open
     finally:
         server.stop()
 
 
 def test_the_converse_command_plays_a_run_and_says_nothing_of_the_token(live_setup, tmp_path, run_cli,
                                                                           monkeypatch):
+    import base64
+
+    from apcir.live.errors import TOKEN_REFUSED
+
     folder, turns, data = live_setup
     one = [t for t in turns if t.conversation_id == turns[0].conversation_id][:2]
     config = tmp_path / "live.toml"
@@ -223,10 +251,11 @@ def test_the_converse_command_plays_a_run_and_says_nothing_of_the_token(live_set
         code, _, err = run_cli("converse", str(config), "--api", server.url, "--run-id", "cli", "-o",
                                str(tmp_path / "run"))
         assert code == 2 and "IKAT_API_TOKEN" in err
-        monkeypatch.setenv("IKAT_API_TOKEN", CANARY[::-1])  # a wrong token: 401, said in one line, not echoed
+        wrong = base64.b64encode(CANARY[::-1].encode()).decode()
+        monkeypatch.setenv("IKAT_API_TOKEN", wrong)  # a wrong token: 401, said in one line, not echoed
         code, out, err = run_cli("converse", str(config), "--api", server.url, "--run-id", "cli", "-o",
                                  str(tmp_path / "run"))
-        assert code == 2 and "401" in err and CANARY[::-1] not in out + err
+        assert code == TOKEN_REFUSED and "401" in err and wrong not in out + err
         monkeypatch.setenv("IKAT_API_TOKEN", CANARY)
         code, out, err = run_cli("converse", str(config), "--api", server.url, "--run-id", "cli2", "-o",
                                  str(tmp_path / "run2"), "--json")
@@ -287,7 +316,7 @@ def test_track_persona_keeps_a_memory_per_user_that_carries_over_to_their_next_t
 
     folder, _, data = live_setup
     turns = [t for t in apcir.topics("ikat23-test") if t.conversation_id in ("9-1", "9-2") and t.turn_number <= 4]
-    server, _ = _serve(turns, tmp_path, year=2025)
+    server, _ = _serve(turns, tmp_path, send_ptkb=False)
     try:
         client = SimulationClient(server.url, CANARY, PROTOCOLS[2025])
         converse = Converse(validate_config(data), client, tmp_path / "run", run_id="p", track_persona=True)
@@ -307,7 +336,7 @@ def test_track_persona_keeps_a_memory_per_user_that_carries_over_to_their_next_t
 
     one = turns[:2]
     with FakeOpenAI(content=answer_with_persona) as llm:
-        server, _ = _serve(one, tmp_path, year=2025)
+        server, _ = _serve(one, tmp_path, send_ptkb=False)
         try:
             model = {**data, "reformulator": {"method": "gpt-test", "base_url": llm.url,
                                               "cache_dir": str(tmp_path / "cache"), "concurrency": 1}}
@@ -324,15 +353,15 @@ def test_track_persona_keeps_a_memory_per_user_that_carries_over_to_their_next_t
     assert converse.memory("9") == ["I am vegan."]
 
 
-def test_server_faults_retried_and_a_server_that_cannot_say_stops_the_run(live_setup, tmp_path):
+def test_server_faults_retried_and_a_server_that_cannot_say_stops_the_run(live_setup, tmp_path, run_cli, monkeypatch):
     from apcir.live.converse import SessionUnknown
+    from apcir.live.errors import WHERE_UNKNOWN
     from apcir.live.server import Faults
 
     folder, turns, data = live_setup
     one = [t for t in turns if t.conversation_id == turns[0].conversation_id][:3]
     log = tmp_path / "users.jsonl"
-    simulation = Simulation(lambda: replay_sessions(one), CANARY, PROTOCOLS[2026], log=log,
-                            faults=Faults(status={2: 503, 3: 502}))
+    simulation = Simulation(lambda: replay_sessions(one), CANARY, log=log, faults=Faults(status={2: 503, 3: 502}))
     with SimulationServer(simulation) as server:
         client = SimulationClient(server.url, CANARY, PROTOCOLS[2026], retry_delay=0.01)
         summary = Converse(validate_config(data), client, tmp_path / "run", run_id="f").play()
@@ -341,7 +370,7 @@ def test_server_faults_retried_and_a_server_that_cannot_say_stops_the_run(live_s
     assert simulation.continues == len(one) + 2  # two 5xx, each answer sent again and recorded once
 
     class NoSession(SimulationClient):
-        def session(self, run_id):
+        def session(self, run_id, *, debug=False):
             raise LiveError(404, "Not Found")
 
     server, _ = _serve(one, tmp_path)
@@ -354,13 +383,28 @@ def test_server_faults_retried_and_a_server_that_cannot_say_stops_the_run(live_s
                          tmp_path / "run2", run_id="g")
         with pytest.raises(SessionUnknown) as stopped:
             again.play()
-        assert stopped.value.exit_code == 4
+        assert stopped.value.exit_code == WHERE_UNKNOWN
     finally:
         server.stop()
+    # the command keeps the exit status that says which case it was: a server that lost the run (restarted)
+    config = tmp_path / "live.toml"
+    config.write_text(
+        f'name = "live"\n[retrieval]\nindex = "{data["retrieval"]["index"]}"\n'
+        f'collection = "{data["retrieval"]["collection"]}"\nencoder = "splade-tiny"\n'
+        f'[fusion]\nbaselines = false\n[fusion.weights]\nsource = "file"\nfile = "{folder / "weights.json"}"\n')
+    fresh, _ = _serve(one, tmp_path)
+    try:
+        monkeypatch.setenv("IKAT_API_TOKEN", CANARY)
+        code, _, err = run_cli("converse", str(config), "--api", fresh.url, "--run-id", "g", "-o", str(tmp_path / "run2"))
+        errors = [line for line in err.splitlines() if line.startswith("error:")]
+        assert code == WHERE_UNKNOWN and len(errors) == 1 and "does not know run g" in errors[0], err
+    finally:
+        fresh.stop()
 
 
 def test_a_server_that_echoes_the_token_in_an_error_never_gets_it_into_an_output_or_a_file(live_setup, tmp_path,
                                                                                               run_cli, monkeypatch):
+    from apcir.live.errors import ANSWER_REFUSED
     from apcir.live.server import Faults
 
     folder, turns, data = live_setup
@@ -370,13 +414,12 @@ def test_a_server_that_echoes_the_token_in_an_error_never_gets_it_into_an_output
         f'name = "live"\n[retrieval]\nindex = "{data["retrieval"]["index"]}"\n'
         f'collection = "{data["retrieval"]["collection"]}"\nencoder = "splade-tiny"\n'
         f'[fusion]\nbaselines = false\n[fusion.weights]\nsource = "file"\nfile = "{folder / "weights.json"}"\n')
-    simulation = Simulation(lambda: replay_sessions(one), CANARY, PROTOCOLS[2026],
-                            faults=Faults(status={1: 422}, echo_token=True))
+    simulation = Simulation(lambda: replay_sessions(one), CANARY, faults=Faults(status={1: 422}, echo_token=True))
     with SimulationServer(simulation) as server:
         monkeypatch.setenv("IKAT_API_TOKEN", CANARY)
         code, out, err = run_cli("converse", str(config), "--api", server.url, "--run-id", "echo", "-o",
                                  str(tmp_path / "run"))
-    assert code == 2 and "422" in err and "<token>" in err, err  # the server's words, the token replaced
+    assert code == ANSWER_REFUSED and "422" in err and "<token>" in err, err  # the server's words, token replaced
     assert CANARY not in out + err
     for path in (tmp_path / "run").rglob("*"):
         if path.is_file():
@@ -405,3 +448,37 @@ def test_unusable_outputs_and_inputs_are_one_line_before_any_request(live_setup,
     assert code == 2 and "input" in err, err
     code, _, err = run_cli("simulate-user", "--log", str(blocker / "log.jsonl"), "--port", "0")
     assert code == 2 and err.count("\n") == 1, err
+
+
+def test_a_2025_run_whose_provenance_the_server_did_not_store_is_reported(live_setup, tmp_path):
+    """The organisers' server keeps ``meta`` and ignores 2025's top-level ``ptkb_provenance`` (as the local
+    server does: tests/live/test_sim_api_conformance.py): the record check names each answer whose provenance
+    was not stored, and the same run in the 2026 form matches."""
+    import json as _json
+
+    from fake_openai import FakeOpenAI
+
+    folder, turns, data = live_setup
+    one = [t for t in turns if t.conversation_id == turns[0].conversation_id][:2]
+
+    def personal(body):
+        return _json.dumps({"reasoning": "r", "level": "c", "rewrite": "a rewrite", "response": "an answer",
+                            "third_rewrite": "a personal rewrite", "third_response": "x", "ptkb_used": ["1"]})
+
+    checks = {}
+    with FakeOpenAI(content=personal) as llm:
+        model = {**data, "reformulator": {"method": "gpt-test", "base_url": llm.url,
+                                          "cache_dir": str(tmp_path / "cache"), "concurrency": 1}}
+        for year in (2025, 2026):
+            server, _ = _serve(one, tmp_path)  # with user_meta.ptkb, so that answers use statements
+            try:
+                converse = Converse(validate_config(model), SimulationClient(server.url, CANARY, PROTOCOLS[year]),
+                                    tmp_path / f"run-{year}", run_id=f"p{year}")
+                checks[year] = converse.play().record
+            finally:
+                server.stop()
+    assert checks[2026] is not None and checks[2026].ok and checks[2026].matched == 2
+    assert checks[2025] is not None and checks[2025].matched == 0 and len(checks[2025].differences) == 2
+    assert all("PTKB provenance (1 statement) was not stored" in d and "--protocol 2025" in d
+               for d in checks[2025].differences), checks[2025].differences
+    assert "recorded: 0 of 2 answers match" == checks[2025].line()

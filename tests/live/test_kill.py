@@ -14,7 +14,6 @@ import pytest
 from fake_openai import FakeOpenAI
 
 import apcir
-from apcir.live.protocol import PROTOCOLS
 from apcir.live.server import Faults, Simulation, SimulationServer
 from apcir.live.users import replay_sessions
 
@@ -41,8 +40,8 @@ def test_kill_9_at_three_points_and_the_same_command_finishes(small, tmp_path):
     lists = [apcir.retrieve(records, index, field=f) for f in ("rewrite", "rewrite_response", "third")]
     apcir.tune(lists, {t: r.output.level for t, r in records.items()}, qrels, step="0.5").save(tmp_path / "w.json")
     faults = Faults(hang_unrecorded={3}, hang_after_record={6}, seconds=4.0)
-    simulation = Simulation(lambda: replay_sessions(turns), TOKEN, PROTOCOLS[2026], log=tmp_path / "users.jsonl",
-                            faults=faults)
+    simulation = Simulation(lambda: replay_sessions(turns), TOKEN, log=tmp_path / "users.jsonl", faults=faults,
+                            send_ptkb=True)  # the users' PTKB, which the fake LLM's answers name (ptkb_used)
     with FakeOpenAI(delay=1.5) as llm, SimulationServer(simulation) as server:
         config = tmp_path / "live.toml"
         config.write_text(

@@ -210,11 +210,11 @@ def test_the_rubric_user_played_by_the_local_llm_talks_with_converse(server, sma
     scorer = LLMScorer("smollm2", base_url=server.url)
     log = tmp_path / "users.jsonl"
     simulation = Simulation(lambda: rubric_sessions(apcir.topics("ikat25-test"), scorer, conversations=2,
-                                                    patience=3), "rubric-token", PROTOCOLS[2026], log=log)
+                                                    patience=3), "rubric-token", log=log)
     with SimulationServer(simulation) as users:
         client = SimulationClient(users.url, "rubric-token", PROTOCOLS[2026])
         summary = Converse(config, client, tmp_path / "run", run_id="rubric").play()
-        assert client.status("rubric")["status"] == "completed"
+        assert client.status("rubric").status == "complete"
     entries = [json.loads(line) for line in log.read_text().splitlines()]
     assert len({e["topic_id"] for e in entries}) == 2 and summary.answered == len(entries) == 6  # patience 3 each
     assert all(isinstance(e["score"], int) and 0 <= e["score"] <= 5 and e["rubric"] for e in entries)

@@ -1,0 +1,49 @@
+"""The protocol's records as the organisers' server sends them (apcir/live/protocol.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from apcir.errors import ApcirError
+from apcir.live.protocol import PROTOCOLS, RunStatus, Utterance, parse_dump
+
+
+def _reply(*history: tuple[str, str]) -> Utterance:
+    return Utterance(run_id="r", topic_id="t", user_id="u", utterance=history[-1][1] if history else "",
+                     history=[{"role": role, "content": text} for role, text in history])
+
+
+def test_the_current_utterance_ends_the_history_and_is_never_an_earlier_turn():
+    assert _reply(("user", "q1")).earlier() == []
+    earlier = _reply(("user", "q1"), ("assistant", "a1"), ("user", "q2")).earlier()
+    assert [(m.role, m.content) for m in earlier] == [("user", "q1"), ("assistant", "a1")]
+    # a history without the current utterance (none known sends one) is all earlier turns
+    assert len(Utterance(run_id="r", topic_id="t", user_id="u", utterance="q2",
+                         history=[{"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1"}]).earlier()) == 2
+
+
+def test_run_status_reads_the_servers_names_and_the_2026_guidelines_where_sent():
+    status = RunStatus.read({"status": "complete", "done_topics": ["a", "b"], "open_topics": []})
+    assert status.complete and status.done_topics == ["a", "b"]
+    assert RunStatus.read({"status": "completed"}).complete  # the README's list says so
+    assert not RunStatus.read({"status": "active", "open_topics": ["b"]}).complete
+    pairs = RunStatus.read({"status": "active", "open_user_topic_pairs": [["u1", "b"]],
+                            "done_user_topic_pairs": [["u0", "a"]]})
+    assert pairs.open_topics == ["b"] and pairs.done_topics == ["a"]
+
+
+def test_the_dump_is_ndjson():
+    assert parse_dump('{"a": 1}\n\n{"b": 2}') == [{"a": 1}, {"b": 2}]
+    with pytest.raises(ApcirError, match="line 2 is not JSON"):
+        parse_dump('{"a": 1}\n{"b": ')
+    with pytest.raises(ApcirError, match="not a JSON object"):
+        parse_dump("[1]")
+
+
+def test_each_year_puts_the_persona_flag_and_provenance_where_its_server_reads_them():
+    assert PROTOCOLS[2026].start_body("r", "d", True) == {"run_id": "r", "description": "d",
+                                                          "extra": {"track_persona": True}}
+    assert PROTOCOLS[2026].continue_body("r", "x", {"p": 1}, ["s"])["meta"] == {"ptkb_provenance": ["s"]}
+    assert PROTOCOLS[2025].start_body("r", "d", True)["track_persona"] is True
+    assert PROTOCOLS[2025].continue_body("r", "x", {}, ["s"])["ptkb_provenance"] == ["s"]
+    assert (PROTOCOLS[2025].citations, PROTOCOLS[2026].citations) == (1000, 10)
