@@ -95,6 +95,7 @@ def _script(url: str, token: str, run: str) -> list[Any]:
     return [_outcome(step) for step in steps]
 
 
+@pytest.mark.slow
 def test_the_local_server_answers_each_request_as_the_real_one_does(real_server, real_token, local_server):
     real = _script(real_server.url, real_token, "conformance")
     local = _script(local_server.url, LOCAL_TOKEN, "conformance")
