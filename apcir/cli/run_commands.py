@@ -61,6 +61,12 @@ def run_command(
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars (logs, CI)."),
 ) -> None:
     """Run every stage of an experiment; stages whose inputs did not change are reused."""
+    from apcir.cli.common import checked
+    from apcir.reformulation.registry import check_method
+    from apcir.responses.registry import check_responder
+
+    checked("--method", check_method, llm)  # a misspelt override is named as the option, not as the config's
+    checked("--responder", check_responder, responder)
     path = resolve_config_path(config)
     data = with_overrides(load_config(path).model_dump(exclude_unset=True), llm=llm, responder=responder,
                           base_url=base_url, max_prompt_tokens=max_prompt_tokens, judged_only=judged_only,

@@ -105,6 +105,10 @@ def test_names_that_are_not_near_misses_are_taken_as_models_and_plugins_stay_acc
 
 
 @pytest.mark.parametrize("args, guess", [
+    (["run", "demo", "--method", "heuristc", "--output-dir", "{out}/i"],
+     "--method: unknown reformulator 'heuristc': did you mean 'heuristic'?"),
+    (["run", "demo", "--responder", "extractve", "--output-dir", "{out}/i"],
+     "--responder: unknown responder 'extractve': did you mean 'extractive'?"),
     (["reformulate", "--topics", "ikat23-test", "--method", "heuristc", "--out", "{out}/r.jsonl"],
      "--method: unknown reformulator 'heuristc': did you mean 'heuristic'?"),
     (["respond", "{out}/none.run", "--topics", "ikat23-test", "--responder", "extractve", "--out", "{out}/x.jsonl"],
