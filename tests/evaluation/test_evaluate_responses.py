@@ -148,7 +148,7 @@ def test_two_runs_of_apcir_are_named_after_their_directories_or_as_given(run_cli
     named 'responses'"); now each is its directory's name, or NAME=PATH's."""
     from apcir.evaluation.nuggets import load_response_runs
 
-    turns = [t for t in datasets.topics("ikat25-test")][:3]
+    turns = datasets.topics("ikat25-test")[:3]
     for folder in ("a", "b"):
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "responses.jsonl").write_text(
