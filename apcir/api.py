@@ -75,11 +75,17 @@ def quiet(on: bool = True) -> None:
 
 # ---- runs -------------------------------------------------------------------------------------------
 class Run(dict[str, dict[str, float]]):
-    """A run: ``{turn_id: {passage_id: score}}`` (a dict, as pytrec_eval, ranx and ir-measures take it)."""
+    """A run: ``{turn_id: {passage_id: score}}`` (a dict, as pytrec_eval, ranx and ir-measures take it).
 
-    def __init__(self, data: Mapping[str, Mapping[str, float]] | None = None, name: str = "run"):
+    ``weights``: the fusion weights it was fused with, when known (:func:`fuse`, or a run directory's fused run
+    and tuned systems), so that :func:`evaluate` can say when it is scored on turns they were tuned on."""
+
+    def __init__(self, data: Mapping[str, Mapping[str, float]] | None = None, name: str = "run", *,
+                 weights: WeightsFile | None = None, weights_source: str = ""):
         super().__init__({t: dict(hits) for t, hits in (data or {}).items()})
         self.name = name
+        self.weights = weights
+        self.weights_source = weights_source
 
     def to_ranx(self) -> Any:
         """A ``ranx.Run`` of the same scores (``pip install ranx``), for ranx's fusion and comparison."""
@@ -106,8 +112,13 @@ class Run(dict[str, dict[str, float]]):
 def load_run(path: PathLike) -> Run:
     """A TREC run file (``turn Q0 passage rank score tag``) as a :class:`Run` named after the file."""
     from apcir.contract.runs import load_run as _load
+    from apcir.contract.weights import load_weights
+    from apcir.evaluation.tuned import weights_of
 
-    return Run(_load(Path(path)), name=run_stem(Path(path)))
+    weights = weights_of(path)
+    return Run(_load(Path(path)), name=run_stem(Path(path)),
+               weights=load_weights(weights) if weights is not None else None,
+               weights_source=str(weights) if weights is not None else "")
 
 
 def save_run(run: Mapping[str, Mapping[str, float]], path: PathLike, tag: str | None = None,
@@ -162,11 +173,25 @@ def _qrels(value: PathLike | Mapping[str, Mapping[str, int]]) -> tuple[Qrels, st
 # ---- tables -----------------------------------------------------------------------------------------
 @dataclass
 class Table:
-    """A result table: ``columns`` and ``rows`` (dicts); ``.to_pandas()`` gives a DataFrame."""
+    """A result table: ``columns`` and ``rows`` (dicts); ``.to_pandas()`` gives a DataFrame.
+
+    The rows hold the values as computed (measures as fractions, as trec_eval gives them); the display (``print``,
+    a notebook) shows the ``scaled`` columns x100 with their ``marks`` (``†`` / ``↓``), as every apcir table does."""
 
     columns: list[str]
     rows: list[dict[str, Any]]
     caption: str = ""
+    scaled: tuple[str, ...] = ()
+    """Columns of fractions that the display shows x100 (one decimal)."""
+    marks: dict[tuple[int, str], str] = field(default_factory=dict)
+    """(row index, column) -> the mark shown after the value."""
+
+    def shown(self, index: int, column: str) -> str:
+        """A cell as the display shows it."""
+        value = self.rows[index].get(column)
+        if column in self.scaled and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return f"{100 * value:.1f}{self.marks.get((index, column), '')}"
+        return _cell(value) + self.marks.get((index, column), "")
 
     def to_pandas(self) -> Any:
         return _pandas().DataFrame(self.rows, columns=self.columns)
@@ -186,7 +211,7 @@ class Table:
         return len(self.rows)
 
     def __str__(self) -> str:
-        cells = [[_cell(row.get(c)) for c in self.columns] for row in self.rows]
+        cells = [[self.shown(i, c) for c in self.columns] for i in range(len(self.rows))]
         widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(self.columns)]
         lines = ["  ".join(c.ljust(w) for c, w in zip(self.columns, widths))]
         lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in cells]
@@ -198,14 +223,14 @@ class Table:
         from html import escape
 
         head = "".join(f"<th>{escape(c)}</th>" for c in self.columns)
-        body = "".join("<tr>" + "".join(f"<td>{escape(_cell(row.get(c)))}</td>" for c in self.columns) + "</tr>"
-                       for row in self.rows)
+        body = "".join("<tr>" + "".join(f"<td>{escape(self.shown(i, c))}</td>" for c in self.columns) + "</tr>"
+                       for i in range(len(self.rows)))
         caption = f"<caption>{escape(self.caption)}</caption>" if self.caption else ""
         return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _cell(value: Any) -> str:
-    return f"{value:.4f}" if isinstance(value, float) else ("" if value is None else str(value))
+    return f"{value:.4g}" if isinstance(value, float) else ("" if value is None else str(value))
 
 
 def _pandas() -> Any:
@@ -220,7 +245,12 @@ def _pandas() -> Any:
 def evaluate(runs: Any, qrels: PathLike | Mapping[str, Mapping[str, int]], measures: str | Sequence[str] = "paper",
              *, rel_threshold: int = 1, complete: bool = False, per_turn: bool = False) -> Table:
     """trec_eval's numbers (ir-measures' for measures trec_eval lacks) of one or more runs, a row per run (or per
-    run and turn with ``per_turn=True``). Values are fractions (not x100), as trec_eval prints them."""
+    run and turn with ``per_turn=True``), with ``turns``, the judged turns each mean is over. Values are fractions,
+    as trec_eval gives them (the display shows them x100). A run scored on turns its fusion weights were tuned on is
+    said so (a warning, and the ``tuned on test`` column: how many), and so are runs averaged over different
+    judged turns."""
+    from apcir.console import warn
+    from apcir.evaluation.stage import coverage_warning
     from apcir.metrics.measures import parse_measures
     from apcir.metrics.trec_eval import evaluate as _evaluate
 
@@ -229,15 +259,36 @@ def evaluate(runs: Any, qrels: PathLike | Mapping[str, Mapping[str, int]], measu
     chosen = parse_measures(list(measures) if not isinstance(measures, str) else measures)
     names = [m.name for m in chosen]
     rows: list[dict[str, Any]] = []
+    results = {}
+    tuned = _tuned_on_test(named, judgements)
     for label, run in named.items():
-        result = _evaluate(run, judgements, chosen, rel_threshold=rel_threshold, complete=complete,
-                           qrels_name=qrels_name, run_name=label if len(named) > 1 else None)
+        result = results[label] = _evaluate(run, judgements, chosen, rel_threshold=rel_threshold, complete=complete,
+                                            qrels_name=qrels_name, run_name=label if len(named) > 1 else None)
         if per_turn:
             rows += [{"run": label, "turn": turn, **values} for turn, values in result.per_turn.items()]
         else:
-            rows.append({"run": label, **result.measures, "turns": result.evaluated_turns})
-    columns = ["run", "turn", *names] if per_turn else ["run", *names, "turns"]
-    return Table(columns, rows, caption=f"on {qrels_name}, relevance threshold {rel_threshold}")
+            rows.append({"run": label, **result.measures, "turns": result.evaluated_turns}
+                        | ({"tuned on test": tuned[label].turns if label in tuned else 0} if tuned else {}))
+    columns = ["run", "turn", *names] if per_turn else ["run", *names, "turns", *(["tuned on test"] if tuned else [])]
+    for label, found in tuned.items():
+        warn(found.note(label))
+    coverage = coverage_warning(results)
+    if coverage is not None and not per_turn:
+        warn(coverage)
+    return Table(columns, rows, caption=f"on {qrels_name}, relevance threshold {rel_threshold}; x100; turns: judged "
+                 "turns averaged", scaled=tuple(names))
+
+
+def _tuned_on_test(runs: Mapping[str, Run], judgements: Qrels) -> dict[str, Any]:
+    """The runs whose fusion weights were tuned on some of the judged turns they are scored on."""
+    from apcir.evaluation.tuned import tuned_turns
+
+    found = {}
+    for label, run in runs.items():
+        weights = getattr(run, "weights", None)
+        if weights is not None and (hit := tuned_turns(weights, run, judgements, run.weights_source)) is not None:
+            found[label] = hit
+    return found
 
 
 def compare(runs: Any, qrels: PathLike | Mapping[str, Mapping[str, int]], measures: str | Sequence[str] = "paper",
@@ -255,13 +306,21 @@ def compare(runs: Any, qrels: PathLike | Mapping[str, Mapping[str, int]], measur
     result = compare_runs(named, judgements, list(measures) if not isinstance(measures, str) else measures,
                           baseline=baseline, rel_threshold=rel_threshold, complete=complete, qrels_name=qrels_name,
                           significance=settings)
+    from apcir.console import warn
+
+    tuned = _tuned_on_test(named, judgements)
     rows = [{"run": t.system, "baseline": t.baseline, "measure": t.measure, "mean": t.mean_system,
              "baseline mean": t.mean_baseline, "difference": t.mean_system - t.mean_baseline, "p": t.p_value,
              "p corrected": t.p_corrected, "significant": t.significant, "effect size": t.effect_size,
-             "turns": t.n_turns} for t in result.tests]
+             "turns": t.n_turns} | ({"tuned on test": t.system in tuned} if tuned else {}) for t in result.tests]
     columns = ["run", "baseline", "measure", "mean", "baseline mean", "difference", "p", "p corrected", "significant",
-               "effect size", "turns"]
-    return Table(columns, rows, caption=f"{test}, {correction} correction, alpha {alpha}, on {qrels_name}")
+               "effect size", "turns", *(["tuned on test"] if tuned else [])]
+    for label, found in tuned.items():
+        warn(found.note(label))
+    marks = {(i, "mean"): t.marker for i, t in enumerate(result.tests) if t.marker}
+    return Table(columns, rows, caption=f"{test}, {correction} correction, alpha {alpha}, on {qrels_name}; means "
+                 "x100; turns: the turns both runs are scored on", scaled=("mean", "baseline mean", "difference"),
+                 marks=marks)
 
 
 # ---- experiments ------------------------------------------------------------------------------------
@@ -279,6 +338,22 @@ class TurnView:
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
     """Per system, the turn's values of the evaluated measures (empty without qrels)."""
     grades: dict[str, int] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        """A few lines: the turn, its level and rewrite, what each list and system ranked first, the response."""
+        output = self.reformulation.output if self.reformulation is not None else None
+        lines = [f"TurnView {self.turn!r}", f"  level {self.level or '-'}"
+                 + (f"; rewrite {output.rewrite[:100]!r}" if output is not None else "")]
+        for kind, rankings in (("list", self.lists), ("system", self.systems)):
+            for name, ranking in rankings.items():
+                top = ", ".join(f"{p}{'*' if self.grades.get(p, 0) > 0 else ''}" for p, _ in ranking[:3])
+                values = self.metrics.get(name, {}) if kind == "system" else {}
+                shown = "; " + ", ".join(f"{m} {100 * v:.1f}" for m, v in values.items()) if values else ""
+                lines.append(f"  {kind} {name}: {len(ranking)} passages, top {top or '-'}{shown}")
+        if self.response is not None:
+            lines.append(f"  response: {self.response.text[:100]!r}")
+        lines.append("  (* judged relevant; measures x100; the fields hold everything)")
+        return "\n".join(lines)
 
 
 class RunDirectory:
@@ -311,7 +386,8 @@ class RunDirectory:
 
     @property
     def systems(self) -> dict[str, Run]:
-        """Every evaluated system's run (``systems/*.run``; re-ranked ones are ``<system>+<re-ranker>``)."""
+        """Every evaluated system's run (``systems/*.run.gz``, and the lists a system is; re-ranked ones are
+        ``<system>+<re-ranker>``)."""
         from apcir.contract.fusion import load_fusion_record
 
         record = load_fusion_record(self.layout.fusion_record) if self.layout.fusion_record.exists() else None
@@ -336,12 +412,19 @@ class RunDirectory:
         return self._once("metrics", lambda: read_metrics(self.path) if self.layout.metrics.exists() else None)
 
     def table(self) -> Table:
-        """The systems' means (fractions), a row per system, as ``metrics.json`` holds them."""
+        """The systems' means (fractions, shown x100 with the report's marks, as ``apcir run`` shows them) and the
+        judged turns each is over (``n``), a row per system, as ``metrics.json`` holds them."""
         metrics = self.metrics
         if metrics is None:
             raise ApcirError("this run has no metrics (no evaluation qrels configured)", path=self.path)
-        rows = [{"system": name, "label": result.label, **result.means} for name, result in metrics.systems.items()]
-        return Table(["system", "label", *metrics.measures], rows, caption=f"{metrics.name} on {metrics.qrels}")
+        from apcir.evaluation.display import systems_table
+
+        shown = systems_table(metrics)
+        rows = [{"system": r.system, "label": r.label, **r.means, "n": r.n} for r in shown.rows]
+        marks = {(i, m): mark for i, r in enumerate(shown.rows) for m, mark in r.marks.items() if mark}
+        return Table(["system", "label", *metrics.measures, "n"], rows,
+                     caption=f"{metrics.name} on {metrics.qrels} ({shown.caption})", scaled=tuple(metrics.measures),
+                     marks=marks)
 
     @property
     def weights(self) -> WeightsFile:
@@ -529,7 +612,8 @@ def fuse(lists: Sequence[Any], levels: Mapping[str, str] | PathLike, weights: We
     chosen_norm = norm or tuned.norm
     check_norm(chosen_norm)
     return Run(fuse_linear(runs, level_map, tuned, chosen_norm, depth or tuned.depth, missing_level=missing_level),
-               name="fused")
+               name="fused", weights=tuned, weights_source=str(weights) if isinstance(weights, (str, Path)) else
+               f"weights tuned on {tuned.tuned_on.qrels or 'unnamed qrels'}")
 
 
 def rerank(run: Mapping[str, Mapping[str, float]], queries: Mapping[str, Any], passages: PathLike | Mapping[str, str],

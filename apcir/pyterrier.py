@@ -1,4 +1,4 @@
-"""apcir's stages as PyTerrier transformers (``pip install "apcir[pyterrier]"``).
+"""apcir's stages as PyTerrier transformers (``pip install -e '.[pyterrier]'``, in ``make setup``'s environment).
 
 They take and give PyTerrier's frames (queries: ``qid``, ``query``; results: ``qid``,
 ``docno``, ``score``, ``rank``) and compose with ``>>``::
@@ -195,14 +195,28 @@ class RetrieveLists(Retrieve):
 
 class LevelFusion(pt.Transformer):  # type: ignore[misc]
     """Fuse the three lists of a ``RetrieveLists`` frame with each turn's level's weights (min-max normalised
-    per list, unless the weights say otherwise): APCIR's fusion."""
+    per list, unless the weights say otherwise): APCIR's fusion.
+
+    Weights tuned on some of the turns fused are said so: a warning ("tuned on test") when it runs, since an
+    evaluation on their qrels is then not held out, and the transformer's name (what ``pt.Experiment`` shows
+    without ``names=``) says which turns the weights were tuned on."""
 
     def __init__(self, weights: WeightsFile | str | Path, *, norm: str | None = None, depth: int | None = None,
                  missing_level: str | None = "a"):
         from apcir.contract.weights import load_weights
 
         self.weights = load_weights(weights) if isinstance(weights, (str, Path)) else weights
+        self.source = str(weights) if isinstance(weights, (str, Path)) else "the weights given"
         self.norm, self.depth, self.missing_level = norm, depth, missing_level
+        self.tuned_on_test = 0
+        """How many of the turns last fused the weights were tuned on."""
+
+    def __repr__(self) -> str:
+        tuned_on = self.weights.tuned_on
+        tuned = f", tuned on {tuned_on.turns} turns of {tuned_on.qrels}" if tuned_on.turns else ""
+        return f"LevelFusion({self.source!r}{tuned})"
+
+    __str__ = __repr__
 
     def transform_outputs(self, columns: list[str]) -> list[str]:
         _require(columns, ["qid", "docno", "score", "list", "level"], self)
@@ -214,6 +228,14 @@ class LevelFusion(pt.Transformer):  # type: ignore[misc]
                              "'list' and 'level')")
         lists = [run_of(results[results["list"] == name]) for name in LIST_NAMES]
         levels = dict(zip(results["qid"].astype(str), results["level"].astype(str)))
+        tuning = set(self.weights.tuned_on.turn_fingerprints)
+        self.tuned_on_test = len(tuning & set(levels))
+        if self.tuned_on_test:
+            from apcir.console import warn
+
+            warn(f"LevelFusion: tuned on test: the weights ({self.source}) were tuned on {self.tuned_on_test} of the "
+                 f"{len(levels)} turns fused (on {self.weights.tuned_on.qrels or 'their qrels'}); scored on those "
+                 "qrels, these numbers are not held out")
         fused = api.fuse(lists, levels, self.weights, norm=self.norm, depth=self.depth,
                          missing_level=self.missing_level)
         queries = results.drop(columns=["docno", "score", "rank", "list"]).drop_duplicates("qid")

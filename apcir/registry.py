@@ -18,11 +18,20 @@ returning either::
 
 A plugin entry never replaces a built-in one of the same name (a warning says
 so).
+
+A name that is not registered is refused in one line that names it and the
+closest registered names (:func:`unknown_name`), wherever it is given: a config
+key, a config value or a command's option. A registry whose other names stand
+for something open-ended (a reformulator or responder name that is not
+registered is a model's) refuses only a name that is a near miss of a
+registered one (:meth:`Registry.near_miss`), so ``heuristc`` is caught before any
+model is asked for it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import difflib
+from collections.abc import Iterable, Iterator
 from importlib import metadata
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -38,6 +47,58 @@ class Named(Protocol):
 
 
 T = TypeVar("T", bound=Named)
+
+NEAR_MISS = 0.8
+"""How alike (difflib's ratio) an unregistered name must be to a registered one to be taken for a misspelling of it,
+where an unregistered name is otherwise allowed (a model's name)."""
+
+
+LISTED = 12
+"""The most choices an error line lists when it can say where they are all listed."""
+
+
+def closest(value: str, choices: Iterable[str], n: int = 3, cutoff: float = 0.6) -> list[str]:
+    """The choices most like ``value`` (difflib), best first; case is ignored."""
+    choices = list(dict.fromkeys(choices))
+    by_folded = {c.casefold(): c for c in reversed(choices)}
+    return [by_folded[m] for m in difflib.get_close_matches(value.casefold(), list(by_folded), n=n, cutoff=cutoff)]
+
+
+def _ratio(a: str, b: str) -> float:
+    return difflib.SequenceMatcher(None, a.casefold(), b.casefold()).ratio()
+
+
+def unknown_name(what: str, value: str, choices: Iterable[str], *, hint: str = "", where_listed: str = "",
+                 prefix: str = "") -> str:
+    """One line for a name that is not one of ``choices``: ``unknown re-ranker 'monot': did you mean 'monot5'?
+    (expected one of monot5, cross-encoder, rankgpt)``. ``hint`` follows the list (``, or a path to a file``); more
+    than :data:`LISTED` choices are counted, not listed, where ``where_listed`` says where they are listed. ``prefix`` is shown
+    before the value and each choice (``fusion.``) but not compared."""
+    listed = list(dict.fromkeys(choices))
+    near = closest(value, listed)
+    guess = f"did you mean {' or '.join(repr(prefix + c) for c in near)}? " if near else ""
+    expected = (f"one of {', '.join(prefix + c for c in listed)}" if len(listed) <= LISTED or not where_listed else
+                f"one of {len(listed)} names{where_listed}") if listed else "none is registered"
+    return f"unknown {what} {prefix + value!r}: {guess}(expected {expected}{hint})"
+
+
+def near_miss(what: str, name: str, usages: Iterable[str], *, other: str = "a model's name") -> str | None:
+    """The one line refusing ``name`` when it is none of ``usages`` but nearly spells one of them (a usage ending
+    in ``:`` is a prefix, compared with the name's own prefix); None otherwise: where any other name is allowed
+    (``other``: a model's name), only a near miss is taken for a mistake."""
+    known = list(usages)
+    if name in known:
+        return None
+    head, colon, _ = name.partition(":")
+
+    def alike(usage: str) -> bool:
+        if usage.endswith(":"):
+            return bool(colon) and head + colon != usage and _ratio(head + colon, usage) >= NEAR_MISS
+        return _ratio(name, usage) >= NEAR_MISS
+
+    if not any(alike(k) for k in known):
+        return None
+    return unknown_name(what, name, [k + "..." if k.endswith(":") else k for k in known], hint=f", or {other}")
 
 
 class Registry(Generic[T]):
@@ -91,12 +152,27 @@ class Registry(Generic[T]):
         try:
             return self._entries[name]
         except KeyError:
-            raise ApcirError(f"unknown {self.concept} {name!r}: expected one of {', '.join(self._entries)}") from None
+            raise ApcirError(unknown_name(self.concept, name, self._entries)) from None
 
     def check(self, name: str) -> str:
         """``name`` if registered (for validators), else the same error as :meth:`get`."""
         self.get(name)
         return name
+
+    def validate(self, name: str) -> str:
+        """:meth:`check` for a pydantic validator (a ``ValueError``, which pydantic reports on the field)."""
+        if name not in self:
+            raise ValueError(unknown_name(self.concept, name, self._entries))
+        return name
+
+    def near_miss(self, name: str, usages: Iterable[str] | None = None) -> str | None:
+        """For a registry where an unregistered name is allowed (it names a model): the one line refusing ``name``
+        when it is not registered but nearly spells a registered name, or one of ``usages`` (how names are written;
+        ``pathways:`` stands for a prefix); None when it is registered or like none of them (:func:`near_miss`)."""
+        self.load_plugins()
+        if name in self._entries:
+            return None
+        return near_miss(self.concept, name, list(usages) if usages is not None else list(self._entries))
 
     def names(self) -> tuple[str, ...]:
         self.load_plugins()

@@ -18,10 +18,11 @@ def _interrupted_while_starting(signum: int, frame: FrameType | None) -> None:
 def main(argv: list[str] | None = None) -> None:
     """The ``apcir`` command (see :func:`apcir.cli.main.main` for its exit codes).
 
-    Loading the commands takes about a second (typer, pydantic, numpy, ...). A
-    Ctrl-C in that second would print a traceback from whichever import it
-    interrupted, so until they are loaded Ctrl-C ends the process quietly with
-    exit 130: nothing has been done yet that could be lost.
+    Loading a command takes up to a second (typer, pydantic, numpy, ...; only the
+    command's own module is imported, see :mod:`apcir.cli.lazy`). A Ctrl-C in that
+    second would print a traceback from whichever import it interrupted, so until
+    it is loaded Ctrl-C ends the process quietly with exit 130: nothing has been
+    done yet that could be lost.
     """
     quiet = threading.current_thread() is threading.main_thread() and (
         signal.getsignal(signal.SIGINT) is signal.default_int_handler

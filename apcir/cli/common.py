@@ -29,14 +29,19 @@ def print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False))
 
 
-def means_table(title: str, measures: dict[str, float]) -> Table:
+def means_table(title: str, measures: dict[str, float], n: int | None = None) -> Table:
     """A two-column table of measure means x100 (the scale of every human table of apcir), two decimals (trec_eval's
-    four); JSON keeps the raw values."""
-    table = Table(title=f"{title} (x100)")
+    four), over ``n`` judged turns when given; JSON keeps the raw values."""
+    from rich.markup import escape
+
+    table = Table(title=escape(f"{title} (x100)"))
     table.add_column("measure")
     table.add_column("mean x100", justify="right")
     for name, value in measures.items():
         table.add_row(name, f"{100 * value:.2f}")
+    if n is not None:
+        table.add_section()
+        table.add_row("n", str(n))
     return table
 
 
@@ -53,9 +58,22 @@ def settings(model: type[M], /, **values: Any) -> M:
             from apcir.llm.settings import redact_url
 
             given_value = redact_url(given_value)  # never print credentials given in a URL
-        shown = f" {given_value!r}" if isinstance(given_value, (str, int, float)) else ""
         message = str(first["msg"]).removeprefix("Value error, ")
+        shown = f" {given_value!r}" if isinstance(given_value, (str, int, float)) and repr(given_value) not in \
+            message else ""
         raise ApcirError(f"{option}{shown}: {message}" if option else message) from None
+
+
+def checked(option: str, check: Callable[[str], str], value: str | None) -> str | None:
+    """A command option's value through a settings check (``check_encoder``, a registry's ``validate``): its
+    ``ValueError`` becomes the one line naming the option, before any work."""
+    if value is None:
+        return None
+    try:
+        return check(value)
+    except ValueError as exc:
+        shown = "" if repr(value) in str(exc) else f" {value!r}"
+        raise ApcirError(f"{option}{shown}: {exc}") from None
 
 
 def print_batch_summary(summary: BatchSummary, title: str, extra: Sequence[tuple[str, str]] = ()) -> None:

@@ -6,10 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from apcir import datasets
-from apcir.cli.common import console, err_console, llm_options, llm_values, means_table, print_json, settings
+from apcir.cli.common import checked, console, err_console, llm_options, llm_values, means_table, print_json, settings
 from apcir.contract.responses import load_responses
 from apcir.contract.runs import read_run_file
 from apcir.errors import ApcirError
@@ -65,10 +66,16 @@ def evaluate_command(
             err_console.print(f"[yellow]warning:[/] {path}: {problem}", highlight=False)
         loaded[label] = run_file.run
     base = labels[paths.index(baseline)] if baseline is not None else labels[0]
-    comparison = compare_runs(loaded, datasets.qrels(qrels), measures, baseline=base, rel_threshold=rel_threshold,
+    judgements = datasets.qrels(qrels)
+    comparison = compare_runs(loaded, judgements, measures, baseline=base, rel_threshold=rel_threshold,
                               complete=complete, qrels_name=qrels, significance=significance)
+    from apcir.evaluation.stage import coverage_warning
+    from apcir.evaluation.tuned import run_tuned_on_test
+
+    tuned = {label: found for label, path in zip(labels, paths)
+             if (found := run_tuned_on_test(path, loaded[label], judgements)) is not None}
     if as_json:
-        _print_json(comparison, labels, per_turn, rel_threshold, complete)
+        _print_json(comparison, labels, per_turn, rel_threshold, complete, tuned)
         return
     if per_turn:
         for label, result in comparison.evaluations.items():
@@ -81,9 +88,10 @@ def evaluate_command(
             console.print(table)
     if len(loaded) == 1:
         only = next(iter(comparison.evaluations.values()))
-        console.print(means_table(f"{labels[0]} vs {qrels}", only.measures))
+        console.print(means_table(f"{labels[0]}{' [tuned on test]' if tuned else ''} vs {qrels}", only.measures,
+                                  n=only.evaluated_turns))
     else:
-        console.print(_comparison_table(comparison, qrels))
+        console.print(_comparison_table(comparison, qrels, set(tuned)))
         console.print(_tests_table(comparison))
     averaging = (
         "judged turns missing from the run count as 0 (trec_eval -c)"
@@ -97,6 +105,11 @@ def evaluate_command(
             highlight=False,
         )
     console.print(f"relevance threshold for binary measures: grade >= {rel_threshold}; {averaging}", highlight=False)
+    for label, found in tuned.items():
+        err_console.print(f"[yellow]warning:[/] {found.note(label)}", highlight=False)
+    warning = coverage_warning(comparison.evaluations)
+    if warning is not None:
+        err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
 
 
 def _tests_table(comparison) -> Table:  # type: ignore[no-untyped-def]
@@ -110,39 +123,43 @@ def _tests_table(comparison) -> Table:  # type: ignore[no-untyped-def]
     return table
 
 
-def _comparison_table(comparison, qrels: str) -> Table:  # type: ignore[no-untyped-def]
+def _comparison_table(comparison, qrels: str, tuned: set[str]) -> Table:  # type: ignore[no-untyped-def]
     others = len(comparison.evaluations) - 1
-    table = Table(title=f"runs vs {qrels} (x100); † / ↓: significantly better / worse than {comparison.baseline} "
-                        f"({comparison.significance.caption(others)})")
+    table = Table(title=f"runs vs {qrels} (x100; n: judged turns averaged); † / ↓: significantly better / worse "
+                        f"than {comparison.baseline} ({comparison.significance.caption(others)})")
     table.add_column("run")
     for name in comparison.measures:
         table.add_column(name, justify="right")
+    table.add_column("n", justify="right")
     marks = {(t.system, t.measure): t for t in comparison.tests}
     for label, result in comparison.evaluations.items():
         cells = []
         for name in comparison.measures:
             test = marks.get((label, name))
             cells.append(f"{100 * result.measures[name]:.2f}{test.marker if test else ''}")
-        table.add_row(label + (" (baseline)" if label == comparison.baseline else ""), *cells)
+        table.add_row(escape(label + (" [tuned on test]" if label in tuned else "")
+                             + (" (baseline)" if label == comparison.baseline else "")), *cells,
+                      str(result.evaluated_turns))
     return table
 
 
-def _print_json(comparison, labels, per_turn, rel_threshold, complete) -> None:  # type: ignore[no-untyped-def]
-    def one(result) -> dict[str, object]:  # type: ignore[no-untyped-def]
+def _print_json(comparison, labels, per_turn, rel_threshold, complete, tuned) -> None:  # type: ignore[no-untyped-def]
+    def one(label, result) -> dict[str, object]:  # type: ignore[no-untyped-def]
         payload: dict[str, object] = {"measures": result.measures}
         if per_turn:
             payload["per_turn"] = result.per_turn
         payload.update(rel_threshold=rel_threshold, complete=complete, evaluated_turns=result.evaluated_turns,
                        unjudged_run_turns=len(result.unjudged_run_turns),
-                       missing_judged_turns=len(result.missing_judged_turns))
+                       missing_judged_turns=len(result.missing_judged_turns),
+                       tuned_on_test_turns=tuned[label].turns if label in tuned else 0)
         return payload
 
     if len(labels) == 1:
-        print_json(one(comparison.evaluations[labels[0]]))
+        print_json(one(labels[0], comparison.evaluations[labels[0]]))
         return
     print_json({
         "baseline": comparison.baseline,
-        "runs": {label: one(result) for label, result in comparison.evaluations.items()},
+        "runs": {label: one(label, result) for label, result in comparison.evaluations.items()},
         "tests": [t.model_dump() for t in comparison.tests],
     })
 
@@ -151,7 +168,8 @@ def _print_json(comparison, labels, per_turn, rel_threshold, complete) -> None: 
 def evaluate_responses_command(
     responses: list[str] = typer.Argument(
         ..., help="Responses: apcir respond's JSONL; with --nuggets also several files, {turn_id: {run: text}} "
-                  "(iKAT 2024), BERGEN [{q_id, response}] files (iKAT 2025) or ikat25-runs (bundled)."),
+                  "(iKAT 2024), BERGEN [{q_id, response}] files (iKAT 2025) or ikat25-runs (bundled). NAME=PATH "
+                  "names a run (default: a responses.jsonl's directory, else the file's name)."),
     topics: str = typer.Option(..., "--topics", "-t", help="Topics with the canonical responses (name or file; "
                                                           "lampqa:FILE: judged on its rubric aspects)."),
     qrels: str | None = typer.Option(None, "--qrels", "-q", help="Passage qrels: citation precision (name or file)."),
@@ -177,10 +195,12 @@ def evaluate_responses_command(
 ) -> None:
     """Evaluate responses: ROUGE-L, citation precision and an LLM judge; with --nuggets, nugget recall of one or
     many runs (a leaderboard)."""
+    from apcir.evaluation.nuggets import run_name_and_path
+
     given = llm or {}
     if out is not None:
         check_writable(out, "response metrics")
-        refuse_inputs_as_outputs([out], [*responses, topics, qrels, levels, nuggets, given.get("prices"),
+        refuse_inputs_as_outputs([out], [*(run_name_and_path(r)[1] for r in responses), topics, qrels, levels, nuggets, given.get("prices"),
                                         given.get("cache_dir")])
     if nuggets is not None:
         _nugget_leaderboard(responses, topics, nuggets, matcher, tau, encoder, matcher_model, per_nugget, baseline,
@@ -189,7 +209,7 @@ def evaluate_responses_command(
     if len(responses) != 1:
         raise ApcirError(f"give one responses file (got {len(responses)}); several runs need --nuggets")
     judge_settings = settings(JudgeSettings, model=judge, **llm_values(given))
-    records = load_responses(Path(responses[0]))
+    records = load_responses(Path(run_name_and_path(responses[0])[1]))
     if not records:
         raise ApcirError("no response records", path=responses[0])
     metrics = evaluate_responses(
@@ -231,10 +251,11 @@ def _nugget_leaderboard(responses: list[str], topics: str, nuggets: str, matcher
                         given: dict[str, Any]) -> None:
     from apcir.evaluation.nugget_scores import score_runs
     from apcir.evaluation.nuggets import load_nuggets, load_response_runs
+    from apcir.retrieval.settings import check_encoder
 
-    for name in (matcher, compare_matcher):
-        if name is not None and name not in MATCHERS:
-            raise ApcirError(f"unknown matcher {name!r}: expected one of {', '.join(MATCHERS.names())}")
+    for option, name in (("--matcher", matcher), ("--compare-matcher", compare_matcher)):
+        checked(option, MATCHERS.validate, name)
+    checked("--encoder", check_encoder, encoder)
     gold = load_nuggets(nuggets, {t.turn_id for t in datasets.topics(topics)})
     runs = load_response_runs(responses)
     report = score_runs(gold, runs, matcher, matcher_settings(tau, encoder, model, per_nugget, given),

@@ -238,7 +238,8 @@ def tune_command(
                   for lw in fold.weights.levels.values()),
             )
         console.print(table)
-        metrics = Table(title="OUT-OF-FOLD metrics (each turn fused with weights tuned without its conversation)")
+        metrics = Table(title="OUT-OF-FOLD metrics (each turn fused with weights tuned without its conversation; "
+                              f"n = {result.evaluation.evaluated_turns} judged turns averaged)")
         metrics.add_column("measure")
         metrics.add_column("mean x100", justify="right")
         for name, value in result.evaluation.measures.items():
@@ -289,7 +290,8 @@ def fuse_command(
         result = evaluate(fused, judgements, "paper", rel_threshold=weights.rel_threshold, qrels_name=qrels or "")
         payload.update(measures=result.measures, label=label, tuning_turns_evaluated=tuned.overlap or 0)
         if not as_json:
-            console.print(means_table(f"{out.name} vs {qrels}: {label}", result.measures))
+            console.print(means_table(f"{out.name} vs {qrels}: {label}", result.measures,
+                                      n=result.evaluated_turns))
     if as_json:
         print_json(payload)
     else:
@@ -334,7 +336,9 @@ def baseline_command(
     from apcir.fusion.systems import SystemInputs, deps_passage_ids, fixed_systems
 
     if name not in BASELINES:
-        raise ApcirError(f"unknown baseline {name!r}: expected one of {', '.join(BASELINES)}")
+        from apcir.registry import unknown_name
+
+        raise ApcirError(unknown_name("baseline", name, BASELINES))
     check_writable(out, "baseline run")
     refuse_inputs_as_outputs([out], [*runs, *ctx.args, levels, qrels, weights_path, topics, reformulations,
                                      collection])

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import _thread
 import importlib
-import pkgutil
 import sys
 import threading
 import traceback
@@ -19,27 +18,21 @@ from typing import Any, NoReturn
 import typer
 from rich.markup import escape
 
-import apcir.cli
 from apcir import __version__
-from apcir.cli.common import err_console
+from apcir.cli.lazy import LazyGroup
+from apcir.console import err as err_console
 from apcir.errors import ApcirError, crash_log_path, set_crash_log_dir
 
+# Each area of the CLI is a module apcir/cli/<area>_commands.py with a register(app) function; the group imports
+# a module when one of its commands runs, so `apcir --help` imports none (apcir/cli/lazy.py).
 app = typer.Typer(
     name="apcir",
     help="Adaptive personalised conversational search on TREC iKAT (APCIR).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=LazyGroup,
 )
-
-# Each area of the CLI is a module apcir/cli/<area>_commands.py with a register(app) function;
-# --help lists them in pipeline order, then any other area.
-_ORDER = ("run", "data", "reformulate", "retrieval", "fusion", "rerank", "respond", "export", "eval",
-          "report")
-_areas = [m.name for m in pkgutil.iter_modules(apcir.cli.__path__) if m.name.endswith("_commands")]
-for name in sorted(_areas, key=lambda n: (_ORDER.index(n[: -len("_commands")]) if n[: -len("_commands")] in _ORDER
-                                          else len(_ORDER), n)):
-    importlib.import_module(f"apcir.cli.{name}").register(app)
 
 USER_ERROR, INTERNAL_ERROR, INTERRUPTED = 2, 3, 130
 

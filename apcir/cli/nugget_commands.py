@@ -74,8 +74,7 @@ def agreement_command(
     from apcir.evaluation.nugget_agreement import agreement, load_labels
     from apcir.evaluation.nuggets import load_nuggets, load_response_runs
 
-    if matcher not in MATCHERS:
-        raise ApcirError(f"unknown matcher {matcher!r}: expected one of {', '.join(MATCHERS.names())}")
+    MATCHERS.check(matcher)  # an unknown name: one line with the closest matchers
     if out is not None:
         check_writable(out, "agreement figures")
         refuse_inputs_as_outputs([out], [labels, nuggets, *responses])

@@ -95,7 +95,13 @@ def _given(prompt: PromptOptions) -> PromptOptions | None:
 
 def print_summary(summary: ReformulateSummary) -> None:
     levels = "/".join(str(summary.levels.get(x, 0)) for x in "abc")
-    print_batch_summary(summary, f"reformulate {summary.model}", [("levels in the file (a/b/c)", levels)])
+    rows = [("levels written (a/b/c)", levels)]
+    if summary.fallback_levels:  # file:PATH: say which levels the file gave and which the fallback did
+        fallback = [summary.fallback_levels.get(x, 0) for x in "abc"]
+        rows += [("  of which from the file", "/".join(str(summary.levels.get(x, 0) - f) for x, f in
+                                                      zip("abc", fallback))),
+                 ("  of which from --level-fallback", "/".join(map(str, fallback)))]
+    print_batch_summary(summary, f"reformulate {summary.model}", rows)
 
 
 def prompt_command(

@@ -8,7 +8,7 @@ from typing import Any
 import typer
 
 from apcir import datasets
-from apcir.cli.common import console, llm_options, llm_values, print_batch_summary, print_json, settings
+from apcir.cli.common import checked, console, llm_options, llm_values, print_batch_summary, print_json, settings
 from apcir.contract.reformulations import load_reformulations, reformulation_statements, warn_unknown_statements
 from apcir.contract.runs import read_run_file
 from apcir.errors import ApcirError
@@ -65,7 +65,10 @@ def rank_ptkb_command(
 ) -> None:
     """Rank every turn's PTKB statements, best first, as a TREC run over statement ids (evaluate it with
     `apcir evaluate RUN --qrels ikat23-test-ptkb -m ptkb`)."""
+    from apcir.retrieval.settings import check_encoder
+
     PTKB_METHODS.check(method)
+    checked("--encoder", lambda name: check_encoder(name, (BM25,)), encoder)
     if index is not None and encoder is not None:
         raise ApcirError("give --index (its encoder is used) or --encoder, not both")
     if not PTKB_METHODS.get(method).compares and (reformulations or index or encoder):

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from apcir.cli.common import console, err_console, print_json
+from apcir.cli.common import checked, console, err_console, print_json
 from apcir.contract.reformulations import LIST_NAMES
 from apcir.errors import ApcirError
 from apcir.io import check_writable, check_writable_dir, refuse_inputs_as_outputs, refuse_inputs_inside
@@ -60,6 +60,10 @@ def build_command(
 ) -> None:
     """Build an index (resumable; an up-to-date index is left alone)."""
     from apcir.retrieval.build import build_from_vectors, build_index
+    from apcir.retrieval.settings import check_encoder
+
+    checked("--backend", BACKENDS.validate, backend)
+    checked("--encoder", check_encoder, encoder)
 
     refuse_inputs_inside(index_folder(out), [collection, vectors_from], "index directory")
     check_writable_dir(index_folder(out), "index directory")
@@ -170,7 +174,11 @@ def retrieve_command(
     from apcir.contract.runs import write_run
     from apcir.retrieval.backends import open_index
     from apcir.retrieval.queries import load_queries
+    from apcir.retrieval.settings import check_encoder
     from apcir.retrieval.stage import retrieve_lists
+
+    checked("--backend", BACKENDS.validate, backend_name)
+    checked("--encoder", check_encoder, encoder)
 
     if (queries is None) == (query_vectors is None):
         raise ApcirError("give either --queries (texts) or --query-vectors (pre-encoded queries)")

@@ -15,20 +15,19 @@ from apcir.fusion.systems import SYSTEMS
 
 
 def comparison_table(metrics: RunMetrics) -> Table:
-    """The table ``apcir run`` ends with: every system, the configured measures (x100)."""
-    table = Table(title=f"{metrics.name}: {metrics.topics} vs {metrics.qrels} (weights: {metrics.protocol})")
+    """The table ``apcir run`` ends with: every system, the configured measures (x100, with the report's marks) and
+    the judged turns each mean is over."""
+    from apcir.evaluation.display import systems_table
+
+    shown = systems_table(metrics)
+    table = Table(title=f"{metrics.name}: {metrics.topics} vs {metrics.qrels} (weights: {metrics.protocol}); "
+                        f"{shown.caption}")
     table.add_column("system")
     for measure in metrics.measures:
         table.add_column(measure, justify="right")
-    order = []
-    for name in [s for s in SYSTEMS.names() if s in metrics.systems] + [s for s in metrics.systems if s not in SYSTEMS]:
-        if metrics.systems[name].base is None:  # each re-ranked system right after the one it re-ranks
-            order += [name] + [s for s, r in metrics.systems.items() if r.base == name]
-    order += [s for s in metrics.systems if s not in order]
-    for name in order:
-        result = metrics.systems[name]
-        label = result.label + (" [tuned on test]" if result.tuned_on_test else "")
-        table.add_row(escape(label), *(f"{100 * result.means[m]:.1f}" for m in metrics.measures))
+    table.add_column("n", justify="right")
+    for row in shown.rows:
+        table.add_row(escape(row.label), *(row.cell(m) for m in metrics.measures), str(row.n))
     return table
 
 
@@ -62,6 +61,12 @@ def run_command(
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars (logs, CI)."),
 ) -> None:
     """Run every stage of an experiment; stages whose inputs did not change are reused."""
+    from apcir.cli.common import checked
+    from apcir.reformulation.registry import check_method
+    from apcir.responses.registry import check_responder
+
+    checked("--method", check_method, llm)  # a misspelt override is named as the option, not as the config's
+    checked("--responder", check_responder, responder)
     path = resolve_config_path(config)
     data = with_overrides(load_config(path).model_dump(exclude_unset=True), llm=llm, responder=responder,
                           base_url=base_url, max_prompt_tokens=max_prompt_tokens, judged_only=judged_only,
@@ -76,6 +81,10 @@ def run_command(
             f"{report.metrics.protocol}.",
             highlight=False,
         )
+        if experiment.fusion.weights.source == "cv":  # why `apcir evaluate fused.run` gives another APCIR number
+            console.print("fused.run, the run submitted, fuses every turn with weights tuned on all judged turns "
+                          "(weights.json): scored on these qrels it is tuned on test, and `apcir evaluate` says so; "
+                          "APCIR above is the held-out (out-of-fold) number.", highlight=False)
         if report.metrics.ptkb is not None:
             console.print(ptkb_table(report.metrics))
         if report.metrics.responses is not None:

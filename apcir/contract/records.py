@@ -43,6 +43,18 @@ class Turn(BaseModel):
     )
     history: list[HistoryEntry] = Field(default_factory=list)
 
+    def __repr__(self) -> str:
+        """One line: the id, the utterance (cut) and how much history and profile it carries (the fields hold
+        the rest)."""
+        return (f"Turn({self.turn_id!r}, utterance={_cut(self.utterance)!r}, {len(self.history)} earlier turns, "
+                f"{len(self.ptkb)} PTKB statements)")
+
+    __str__ = __repr__
+
+
+def _cut(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
+
 
 class Passage(BaseModel):
     """One passage of a collection."""

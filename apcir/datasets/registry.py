@@ -130,7 +130,9 @@ def _resolve(
         if not path.exists():
             raise ApcirError(f"{kind} file not found", path=path)
         return path
-    raise ApcirError(f"unknown {kind} {text!r}: expected one of {', '.join(sorted(known))} or a path to a file")
+    from apcir.registry import unknown_name
+
+    raise ApcirError(unknown_name(kind, text, sorted(known), hint=", or a path to a file"))
 
 
 def _topics_file(name: str) -> Path:

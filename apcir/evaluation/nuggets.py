@@ -157,22 +157,38 @@ def load_response_runs(sources: Iterable[str | Path]) -> dict[str, dict[str, str
     - iKAT 2025 BERGEN JSON ``[{"q_id", "response", ...}]``, one file per run named after it;
     - the bundled name ``ikat25-runs`` (the three 2025 runs).
 
-    Citation markers ``[n]`` are removed from apcir's responses before matching.
+    ``NAME=PATH`` names the run of a one-run file; otherwise apcir's ``responses.jsonl`` (the name ``apcir run``
+    writes) is named after its directory (``runs/demo/responses.jsonl`` is ``demo``) and other files after
+    themselves. Citation markers ``[n]`` are removed from apcir's responses before matching.
     """
     from apcir.datasets import RESPONSE_RUNS, response_run_files
 
     runs: dict[str, dict[str, str]] = {}
     for source in sources:
-        text = str(source)
+        name, text = run_name_and_path(str(source))
         paths = response_run_files(text) if text in RESPONSE_RUNS else [Path(text).expanduser()]
         for path in paths:
-            for run, responses in _runs_of(path).items():
+            found = _runs_of(path)
+            if name is not None:
+                if len(found) != 1:
+                    raise ApcirError(f"{name}={text}: the file holds {len(found)} runs; NAME= names a file of one run",
+                                     path=path)
+                found = {name: next(iter(found.values()))}
+            for run, responses in found.items():
                 if run in runs:
-                    raise ApcirError(f"two responses files hold a run named {run!r}", path=path)
+                    raise ApcirError(f"two responses files hold a run named {run!r}: name them NAME=PATH", path=path)
                 runs[run] = responses
     if not runs:
         raise ApcirError("no responses given")
     return runs
+
+
+def run_name_and_path(text: str) -> tuple[str | None, str]:
+    """``NAME=PATH`` as (NAME, PATH); anything else (an existing path with ``=`` too) as (None, text)."""
+    name, sep, rest = text.partition("=")
+    if not sep or not name or not rest or "/" in name or "\\" in name or Path(text).expanduser().exists():
+        return None, text
+    return name, rest
 
 
 def _runs_of(path: Path) -> dict[str, dict[str, str]]:
@@ -182,7 +198,8 @@ def _runs_of(path: Path) -> dict[str, dict[str, str]]:
         from apcir.contract.responses import load_responses, strip_citations
 
         records = load_responses(path)
-        return {path.stem: {t: strip_citations(r.text) for t, r in records.items() if r.status == "ok"}}
+        name = path.resolve().parent.name if path.stem == "responses" and path.resolve().parent.name else path.stem
+        return {name: {t: strip_citations(r.text) for t, r in records.items() if r.status == "ok"}}
     data = read_json(path, "responses file")
     if isinstance(data, list):  # BERGEN: one run
         responses: dict[str, str] = {}

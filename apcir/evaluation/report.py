@@ -1,13 +1,16 @@
 """Markdown and PNG reports in the layout of the APCIR paper's tables.
 
-Table 1 (overall), Table 2 (weight identification), Table 4 (fusion
+The paper's Table 1 (overall), Table 2 (weight identification), Table 4 (fusion
 strategies), Table 5 (LLM levels against the annotators' PTKB provenance) and
-Table 6 (nDCG@3 per level), with significance tests against a named baseline
+Table 6 (nDCG@3 per level), numbered in the report as they come (Table 1 to 5,
+each saying which of the paper's it is), with significance tests against a named baseline
 (the paper's paired t-test with Bonferroni by default; randomisation and bootstrap
 tests, Holm's correction, any alpha): ``†`` marks a significant improvement, ``↓``
 a significant loss. One correction family serves the whole report (every system
 of a run against the baseline, per measure), so a pair is marked the same in
-every table. Every table is also written as CSV and LaTeX (booktabs).
+every table. Every table is also written under ``tables/`` as CSV (raw 0-1 values, marks and n in columns of their
+own) and LaTeX (booktabs, as shown: x100 with marks). Every passage-measure table says over how many judged turns
+(n) each mean is.
 With re-ranked systems, Table 1's "+Reranking" rows (each system before and
 after re-ranking) and the retriever x re-ranker grid of the paper's Fig. 5 (one
 row per run directory, i.e. per retriever; one column per re-ranker; APCIR's
@@ -21,6 +24,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from apcir.evaluation.responses import ResponseMetrics
 from apcir.evaluation.results import GROUPS, RunMetrics
 from apcir.evaluation.weights_report import WEIGHTS_HEADER, weights_section
 from apcir.fusion.systems import EQUAL, SYSTEMS
@@ -87,11 +91,12 @@ def metric_rows(runs: list[RunMetrics], group: str, baseline: str | None,
             comparison = markers.get((key, measure))
             mark = comparison.marker if comparison else ""
             cells.append(f"{result.means[measure]!r}|{mark}" if raw else f"{100 * result.means[measure]:.1f}{mark}")
-        rows.append([label, *cells])
+        rows.append([label, *cells, str(len(result.per_turn))])
     if raw:  # raw means, and each measure's mark in a column of its own
-        rows = [[row[0], *(c.split("|")[0] for c in row[1:]), *(c.split("|")[1] for c in row[1:])] for row in rows]
-        return ["system", *measures, *(f"mark {m}" for m in measures)], rows
-    return ["system", *measures], rows
+        rows = [[row[0], *(c.split("|")[0] for c in row[1:-1]), row[-1], *(c.split("|")[1] for c in row[1:-1])]
+                for row in rows]
+        return ["system", *measures, "n", *(f"mark {m}" for m in measures)], rows
+    return ["system", *measures, "n"], rows
 
 
 def markdown(header: list[str], rows: list[list[str]]) -> str:
@@ -138,45 +143,62 @@ def metric_table(runs: list[RunMetrics], group: str, baseline: str | None,
 
 def significance_rows(markers: dict[tuple[str, str], Comparison]) -> tuple[list[str], list[list[str]]]:
     rows = [[key[0], key[1], f"{100 * (c.mean_system - c.mean_baseline):+.1f}", f"{c.p_value:.3g}",
-             f"{c.p_corrected:.3g}", f"{c.effect_size:+.2f}", c.marker or "-"] for key, c in markers.items()]
-    return ["system", "measure", "difference x100", "p", "p corrected", "Cohen's d", "mark"], rows
+             f"{c.p_corrected:.3g}", f"{c.effect_size:+.2f}", c.marker or "-", str(c.n_turns)]
+            for key, c in markers.items()]
+    return ["system", "measure", "difference x100", "p", "p corrected", "Cohen's d", "mark", "n"], rows
 
 
 def significance_raw(markers: dict[tuple[str, str], Comparison]) -> tuple[list[str], list[list[str]]]:
     rows = [[key[0], key[1], repr(c.mean_system - c.mean_baseline), repr(c.p_value), repr(c.p_corrected),
-             repr(c.effect_size), c.marker] for key, c in markers.items()]
-    return ["system", "measure", "difference", "p", "p corrected", "cohens d", "mark"], rows
+             repr(c.effect_size), c.marker, str(c.n_turns)] for key, c in markers.items()]
+    return ["system", "measure", "difference", "p", "p corrected", "cohens d", "mark", "n"], rows
 
 
-def level_table(runs: list[RunMetrics], measure: str = "nDCG@3") -> str:
-    """Table 6: ``measure`` per LLM level for every system."""
-    lines = ["| system | " + " | ".join(LEVEL_NAMES.values()) + " | all |", "|---" * 5 + "|"]
+def level_rows(runs: list[RunMetrics], measure: str = "nDCG@3",
+               raw: bool = False) -> tuple[list[str], list[list[str]]]:
+    """Table 6's header and rows: ``measure`` per LLM level for every system, x100 with each cell's n, or (``raw``)
+    the raw means with the n in columns of their own (for CSV)."""
+    rows = []
     for (run, system) in _qualified(runs).values():
         result = run.systems[system]
         if measure not in run.measures:
             continue
-        cells = []
+        cells, raw_cells, counts = [], [], []
         for level in LEVEL_NAMES:
             values = [v[measure] for t, v in result.per_turn.items() if t in run.turns and run.turns[t].level == level]
             cells.append(f"{100 * sum(values) / len(values):.1f} (n={len(values)})" if values else "-")
+            raw_cells.append(repr(sum(values) / len(values)) if values else "")
+            counts.append(str(len(values)))
         label = result.label if len(runs) == 1 else f"{run.name}: {result.label}"
-        lines.append(f"| {label} | " + " | ".join(cells) + f" | {100 * result.means[measure]:.1f} |")
-    return "\n".join(lines) + "\n"
+        n = len(result.per_turn)
+        rows.append([label, *raw_cells, repr(result.means[measure]), *counts, str(n)] if raw else
+                    [label, *cells, f"{100 * result.means[measure]:.1f} (n={n})"])
+    if raw:
+        return ["system", *LEVEL_NAMES, "all", *(f"n {level}" for level in LEVEL_NAMES), "n all"], rows
+    return ["system", *LEVEL_NAMES.values(), "all"], rows
 
 
-def agreement_table(run: RunMetrics) -> str:
-    """Table 5: levels of all topic turns against the annotators' PTKB provenance (personalised = some statement relevant)."""
+def level_table(runs: list[RunMetrics], measure: str = "nDCG@3") -> str:
+    """Table 6: ``measure`` per LLM level for every system."""
+    return markdown(*level_rows(runs, measure))
+
+
+def agreement_rows(run: RunMetrics, raw: bool = False) -> tuple[list[str], list[list[str]]]:
+    """Table 5's header and rows: levels of all topic turns against the annotators' PTKB provenance (personalised =
+    some statement relevant); ``raw``: the agreement as a fraction (for CSV)."""
     counts = Counter((info.level, info.human_personalised) for info in run.turns.values() if info.level)
-    lines = [
-        "| LLM level | turns | annotators: personalised | annotators: not | agreement |",
-        "|---|---|---|---|---|",
-    ]
+    rows = []
     for level, label in LEVEL_NAMES.items():
         yes, no = counts[(level, True)], counts[(level, False)]
         total = yes + no
         agree = (no if level == "a" else yes) / total if total else 0.0
-        lines.append(f"| {label} | {total} | {yes} | {no} | {100 * agree:.1f}% |")
-    return "\n".join(lines) + "\n"
+        rows.append([label, str(total), str(yes), str(no), repr(agree) if raw else f"{100 * agree:.1f}%"])
+    return ["LLM level", "turns", "annotators: personalised", "annotators: not", "agreement"], rows
+
+
+def agreement_table(run: RunMetrics) -> str:
+    """Table 5: levels of all topic turns against the annotators' PTKB provenance (personalised = some statement relevant)."""
+    return markdown(*agreement_rows(run))
 
 
 def plot_levels(runs: list[RunMetrics], out: Path, measure: str = "nDCG@3") -> list[Path]:
@@ -263,14 +285,15 @@ def grid_value(run: RunMetrics, key: str | None, measure: str, system: str = "ap
 def grid_table(runs: list[RunMetrics], measure: str, system: str = "apcir") -> str:
     """Fig. 5 as a table: rows are retrievers (runs), columns no re-ranker and each re-ranker."""
     columns = grid_columns(runs)
-    lines = ["| retriever | no re-ranker | " + " | ".join(f"+{title}" for _, title in columns) + " |",
-             "|---" * (len(columns) + 2) + "|"]
+    lines = ["| retriever | no re-ranker | " + " | ".join(f"+{title}" for _, title in columns) + " | n |",
+             "|---" * (len(columns) + 3) + "|"]
     for label, run in _grid_rows(runs):
         cells = []
         for key in [None, *(k for k, _ in columns)]:
             value = grid_value(run, key, measure, system)
             cells.append("-" if value is None else f"{100 * value:.1f}")
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        n = len(run.systems[system].per_turn) if system in run.systems else 0
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {n} |")
     return "\n".join(lines) + "\n"
 
 
@@ -330,15 +353,33 @@ def figures(runs: list[RunMetrics], out: Path, baseline: str, run_dirs: Sequence
 
 def _save_table(out: Path, name: str, header: list[str], rows: list[list[str]], caption: str,
                 raw: tuple[list[str], list[list[str]]] | None = None) -> None:
-    """``name.tex`` as shown (x100, marks), ``name.csv`` raw (0-1, marks in their own columns)."""
+    """``name.tex`` as shown (x100, marks), ``name.csv`` raw (0-1, marks and n in their own columns) when ``raw``
+    is given, else as shown (a table without measures, such as the weights)."""
     if not rows:
         return
     write_text(out / "tables" / f"{name}.csv", csv_text(*(raw or (header, rows))))
     write_text(out / "tables" / f"{name}.tex", latex(header, rows, caption))
 
 
-def response_section(runs: list[RunMetrics]) -> list[str]:
-    """The responses' measures x100, overall and per LLM level (as Table 6 does for retrieval)."""
+def response_rows(metrics: ResponseMetrics, raw: bool = False) -> tuple[list[str], list[list[str]]]:
+    """The responses' measures x100 with each cell's n, overall and per LLM level; ``raw``: fractions, the n in
+    columns of their own (for CSV)."""
+    measures = list(metrics.measures)
+    rows = []
+    for label, means, counts in [("all", metrics.measures, metrics.turns)] + [
+            (LEVEL_NAMES.get(level, level), metrics.per_level[level], metrics.level_turns[level])
+            for level in metrics.per_level]:
+        if raw:
+            rows.append([label, *(repr(means[m]) if m in means else "" for m in measures),
+                         *(str(counts[m]) if m in counts else "" for m in measures)])
+        else:
+            rows.append([label, *(f"{100 * means[m]:.1f} (n={counts[m]})" if m in means else "-" for m in measures)])
+    return (["turns", *measures, *(f"n {m}" for m in measures)] if raw else ["turns", *measures]), rows
+
+
+def response_section(runs: list[RunMetrics], out: Path | None = None) -> list[str]:
+    """The responses' measures x100, overall and per LLM level (as Table 6 does for retrieval); with ``out``, each
+    run's table is also saved under ``tables/``."""
     parts: list[str] = []
     for run in runs:
         metrics = run.responses
@@ -352,31 +393,69 @@ def response_section(runs: list[RunMetrics]) -> list[str]:
         if not measures:
             parts += ["_no response could be scored_", ""]
         else:
-            parts += ["| turns | " + " | ".join(measures) + " |", "|---" * (len(measures) + 1) + "|"]
-            rows = [("all", metrics.measures, metrics.turns)] + [
-                (LEVEL_NAMES.get(level, level), metrics.per_level[level], metrics.level_turns[level])
-                for level in metrics.per_level]
-            for label, means, counts in rows:
-                cells = [f"{100 * means[m]:.1f} (n={counts[m]})" if m in means else "-" for m in measures]
-                parts.append(f"| {label} | " + " | ".join(cells) + " |")
-            parts.append("")
+            header, rows = response_rows(metrics)
+            parts += [markdown(header, rows)]
+            if out is not None:
+                _save_table(out, _per_run("responses", run, runs), header, rows,
+                            f"Responses of {metrics.responder} ({run.name}), x100", response_rows(metrics, raw=True))
         parts += [f"- {note}" for note in metrics.notes] + ([""] if metrics.notes else [])
     return parts
 
 
-def ptkb_section(runs: list[RunMetrics]) -> list[str]:
-    """The PTKB statement rankings against the PTKB qrels, x100."""
+def ptkb_rows(run: RunMetrics, raw: bool = False) -> tuple[list[str], list[list[str]]]:
+    """The PTKB statement rankings: x100, or (``raw``) fractions."""
+    assert run.ptkb is not None
+    measures = run.ptkb.measures
+    rows = [[r.label, *(repr(r.means[m]) if raw else f"{100 * r.means[m]:.1f}" for m in measures), str(len(r.per_turn))]
+            for r in run.ptkb.systems.values()]
+    return ["ranking", *measures, "n"], rows
+
+
+def ptkb_section(runs: list[RunMetrics], out: Path | None = None) -> list[str]:
+    """The PTKB statement rankings against the PTKB qrels, x100 (saved under ``tables/`` with ``out``)."""
     parts: list[str] = []
     for run in runs:
         if run.ptkb is None:
             continue
-        measures = run.ptkb.measures
-        parts += [f"**{run.name}** vs `{run.ptkb.qrels}`", "",
-                  "| ranking | " + " | ".join(measures) + " |", "|---" * (len(measures) + 1) + "|"]
-        parts += [f"| {r.label} | " + " | ".join(f"{100 * r.means[m]:.1f}" for m in measures) + " |"
-                  for r in run.ptkb.systems.values()]
-        parts.append("")
+        header, rows = ptkb_rows(run)
+        parts += [f"**{run.name}** vs `{run.ptkb.qrels}`", "", markdown(header, rows)]
+        if out is not None:
+            _save_table(out, _per_run("ptkb", run, runs), header, rows,
+                        f"PTKB statement ranking ({run.name}) vs {run.ptkb.qrels}, x100", ptkb_rows(run, raw=True))
     return parts
+
+
+def _per_run(name: str, run: RunMetrics, runs: list[RunMetrics]) -> str:
+    """A table's file name: ``name``, or ``name-RUN`` when several runs are reported."""
+    if len(runs) == 1:
+        return name
+    return f"{name}-{runs.index(run) + 1}-" + re.sub(r"[^A-Za-z0-9._-]+", "_", run.name).strip("_")
+
+
+def systems_legend(runs: list[RunMetrics]) -> list[str]:
+    """What each system's label stands for (``third alone``, ``DEPS``, ...), from the systems registry."""
+    seen: dict[str, str] = {}
+    for run in runs:
+        for result in run.systems.values():
+            if result.description and result.label not in seen:
+                seen[result.label] = result.description
+    return [f"- **{label}**: {description}" for label, description in seen.items()]
+
+
+class _Numbering:
+    """The report's tables numbered as they come: ``Table 4: fusion strategies`` (the paper's number) becomes
+    ``Table 3: fusion strategies (the paper's Table 4)`` when it is the third numbered table."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, title: str) -> str:
+        match = re.match(r"Table (\d+): (.*)", title)
+        if match is None:
+            return title
+        self.count += 1
+        paper = int(match[1])
+        return f"Table {self.count}: {match[2]}" + (f" (the paper's Table {paper})" if paper != self.count else "")
 
 
 def write_report(runs: list[RunMetrics], out: Path, baseline: str | None = None,
@@ -389,6 +468,7 @@ def write_report(runs: list[RunMetrics], out: Path, baseline: str | None = None,
     markers = family_tests(runs, baseline, settings)
     caption = (f"x100; †/↓: significantly better/worse than {baseline} ({settings.caption(family_size(markers))}; "
                "one correction family for the whole report)")
+    numbered = _Numbering()
     parts = ["# apcir report", ""]
     for run in runs:
         parts.append(
@@ -400,14 +480,19 @@ def write_report(runs: list[RunMetrics], out: Path, baseline: str | None = None,
         "",
         f"Numbers are trec_eval's x100. `†`/`↓`: significantly better/worse than `{baseline}` "
         f"({settings.caption(family_size(markers))}); the correction family is every system of a run against "
-        "it, per measure, the same in every table. Each table is also in `tables/` as CSV (x100, as shown) and "
-        "LaTeX (booktabs).",
+        "it, per measure, the same in every table. `n`: the judged turns a mean is over. Tables are numbered as "
+        "they come, each naming the paper's table it follows. Each table is also in `tables/` as LaTeX "
+        "(booktabs, x100 as shown) and CSV (the raw 0-1 values, each mark and n in a column of its own).",
         "",
     ]
+    legend = systems_legend(runs)
+    if legend:
+        parts += ["**Systems.**", "", *legend, ""]
     for group, title in GROUPS.items():
         if group == "rerank" and not any(s.reranker for run in runs for s in run.systems.values()):
             continue
         header, rows = metric_rows(runs, group, baseline, markers)
+        title = numbered(title)
         parts += [f"## {title}", "", markdown(header, rows)]
         _save_table(out, f"table-{group}", header, rows, f"{title} ({caption})",
                     metric_rows(runs, group, baseline, markers, raw=True))
@@ -427,21 +512,35 @@ def write_report(runs: list[RunMetrics], out: Path, baseline: str | None = None,
             parts += [f"**{measure}**", "", grid_table(runs, measure)]
         plot = plot_grid(runs, out)
         parts += [f"![{plot.stem}]({plot.name})", ""]
-    parts += ["## Table 5: LLM levels against the annotators' PTKB provenance", ""]
+    title = numbered("Table 5: LLM levels against the annotators' PTKB provenance")
+    parts += [f"## {title}", ""]
     for run in runs:
-        parts += [f"**{run.name}**", "", agreement_table(run)]
-    parts += ["## Table 6: nDCG@3 per personalisation level", "", level_table(runs)]
-    chosen = weights_section([run.name for run in runs], run_dirs)
-    if chosen:
+        header, rows = agreement_rows(run)
+        parts += [f"**{run.name}**", "", markdown(header, rows)]
+        _save_table(out, _per_run("table-levels", run, runs), header, rows, f"{title} ({run.name})",
+                    agreement_rows(run, raw=True))
+    title = numbered("Table 6: nDCG@3 per personalisation level")
+    header, rows = level_rows(runs)
+    parts += [f"## {title}", "", markdown(header, rows)]
+    _save_table(out, "table-per-level", header, rows, f"{title} (x100, n turns each)", level_rows(runs, raw=True))
+    chosen = [(run, weights_section([run.name], [run_dir])) for run, run_dir in zip(runs, run_dirs)]
+    if any(part for _, part in chosen):
         parts += ["## Fusion weights: how they were chosen, and the bootstrap evidence", ""]
-        parts += [markdown(WEIGHTS_HEADER, part) if isinstance(part, list) else part for part in chosen]
+        for run, section in chosen:
+            for part in section:
+                if isinstance(part, list):
+                    parts.append(markdown(WEIGHTS_HEADER, part))
+                    _save_table(out, _per_run("weights", run, runs), WEIGHTS_HEADER, part,
+                                f"Fusion weights ({run.name})")
+                else:
+                    parts.append(part)
     if any(run.responses is not None for run in runs):
         parts += ["## Responses: ROUGE-L, citations and judge per personalisation level", "",
                   "x100; ROUGE-L (F, stemmed) against the canonical responses; citation precision: share of cited "
                   "passages judged relevant; relevant citation: share of judged turns citing a relevant passage.", "",
-                  *response_section(runs)]
+                  *response_section(runs, out)]
     if any(run.ptkb is not None for run in runs):
-        parts += ["## PTKB statement ranking", "", *ptkb_section(runs)]
+        parts += ["## PTKB statement ranking", "", *ptkb_section(runs, out)]
     for path in plot_levels(runs, out):
         parts += [f"![{path.stem}]({path.name})", ""]
     parts += figures(runs, out, baseline, run_dirs)

@@ -46,6 +46,9 @@ class EvaluationSettings(BaseModel):
     @field_validator("nugget_matcher")
     @classmethod
     def _offline_matcher(cls, value: str) -> str:
+        from apcir.evaluation.nugget_matchers import MATCHERS
+
+        MATCHERS.validate(value)  # an unknown name: the closest matchers
         if value not in ("lexical", "embedding"):
             raise ValueError(f"nugget_matcher {value!r}: a run uses lexical or embedding (the llm matcher runs from "
                              "apcir evaluate-responses --matcher llm)")

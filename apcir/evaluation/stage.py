@@ -168,6 +168,19 @@ def compare_runs(
     return RunComparison(evaluations, base, tests, names, settings)
 
 
+def coverage_warning(evaluations: Mapping[str, Evaluation]) -> str | None:
+    """One line when the runs' means are over different judged turns (so not comparable), suggesting
+    ``--complete``; None when every run averages the same turns."""
+    turns = {label: frozenset(e.per_turn) for label, e in evaluations.items()}
+    if len(set(turns.values())) <= 1:
+        return None
+    common = frozenset.intersection(*turns.values())
+    counts = ", ".join(f"{label} {len(t)}" for label, t in turns.items())
+    return (f"the runs are averaged over different judged turns ({counts}; {len(common)} in common), so their "
+            "means are not comparable; --complete (complete=True in Python) counts a judged turn missing from a run as 0, "
+            "which scores every run on every judged turn")
+
+
 @dataclass
 class EvaluateStage(Stage):
     """``metrics.json``: every system's trec_eval numbers, the responses' measures and the PTKB rankings'."""

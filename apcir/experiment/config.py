@@ -97,6 +97,29 @@ class ExperimentConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _data_exist(self) -> ExperimentConfig:
+        """Every qrels and topic set named is a bundled one or a file, and a collection named (not a path: an index
+        built elsewhere needs none here) is a bundled one, checked now rather than at the stage that reads it,
+        after the stages before it have run."""
+        named = [("evaluation.qrels", self.evaluation.qrels, datasets.qrels_path),
+                 ("evaluation.ptkb_qrels", self.evaluation.ptkb_qrels, datasets.qrels_path),
+                 ("fusion.weights.tune_qrels", self.fusion.weights.tune_qrels, datasets.qrels_path),
+                 ("fusion.weights.tune_topics", self.fusion.weights.tune_topics, datasets.topics_path),
+                 ("retrieval.collection", self.retrieval.collection, datasets.collection_path),
+                 ("retrieval.passages", self.retrieval.passages, datasets.collection_path)]
+        problems = []
+        for key, value, locate in named:
+            if value is None or (locate is datasets.collection_path and ("/" in value or Path(value).suffix)):
+                continue
+            try:
+                locate(value)
+            except ApcirError as exc:
+                problems.append(f"{key}: {exc}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @model_validator(mode="after")
     def _cv_has_qrels(self) -> ExperimentConfig:
         if self.fusion.weights.source == "cv" and self.evaluation.qrels is None:
             raise ValueError("fusion.weights.source = 'cv' needs evaluation.qrels (cross-validation tunes on them)")
@@ -237,9 +260,42 @@ def validate_config(data: dict[str, object], path: Path | None = None) -> Experi
         # strict: a config says what it means (k = true is not k = 1, "yes" is not true)
         return ExperimentConfig.model_validate(data, strict=True)
     except ValidationError as exc:
+        errors = exc.errors()
+        unknown = [e for e in errors if e["type"] == "extra_forbidden"]
+        if unknown:  # misspelt keys first: the other errors may only follow from them
+            raise ApcirError("invalid config: " + "; ".join(unknown_key(e["loc"]) for e in unknown), path=path) \
+                from None
         lines = [(f"{'.'.join(str(p) for p in e['loc'])}: " if e["loc"] else "")
-                 + str(e["msg"]).removeprefix("Value error, ") for e in exc.errors()]
+                 + str(e["msg"]).removeprefix("Value error, ") for e in errors]
         raise ApcirError("invalid config: " + "; ".join(lines), path=path) from None
+
+
+def unknown_key(loc: tuple[int | str, ...], model: type[BaseModel] = ExperimentConfig) -> str:
+    """What is wrong with a key no settings record has: its dotted name and the closest keys of its section."""
+    from apcir.registry import unknown_name
+
+    section = _section_model(model, loc[:-1])
+    where = "".join(f"[{p + 1}]" if isinstance(p, int) else f".{p}" for p in loc[:-1]).lstrip(".")
+    keys = list(section.model_fields) if section is not None else []
+    return unknown_name("key", str(loc[-1]), keys, prefix=f"{where}." if where else "",
+                        where_listed=" (the configuration reference lists them)")
+
+
+def _section_model(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The settings record at ``loc`` (``("rerank", 0)`` is a :class:`RerankSettings`), None if there is none."""
+    import typing
+
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue  # an item of a list: the list's record, found from its annotation below
+        if not (isinstance(current, type) and issubclass(current, BaseModel)) or part not in current.model_fields:
+            return None
+        annotation = current.model_fields[part].annotation
+        candidates = [annotation, *typing.get_args(annotation)]
+        candidates += [inner for c in list(candidates) for inner in typing.get_args(c)]
+        current = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
 
 
 def with_overrides(data: dict[str, Any], *, llm: str | None = None, responder: str | None = None,

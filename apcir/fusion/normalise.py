@@ -27,7 +27,9 @@ NORMS: tuple[str, ...] = ("minmax", "max", "zscore", "none")
 def check_norm(method: str) -> str:
     """The method name, or an :class:`ApcirError` naming the choices."""
     if method not in NORMS:
-        raise ApcirError(f"unknown normalisation {method!r}: expected one of {', '.join(NORMS)}")
+        from apcir.registry import unknown_name
+
+        raise ApcirError(unknown_name("normalisation", method, NORMS))
     return method
 
 

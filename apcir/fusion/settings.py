@@ -75,7 +75,9 @@ class FusionParams(BaseModel):
     @classmethod
     def _known_norm(cls, value: str) -> str:
         if value not in NORMS:
-            raise ValueError(f"unknown normalisation {value!r}: expected one of {', '.join(NORMS)}")
+            from apcir.registry import unknown_name
+
+            raise ValueError(unknown_name("normalisation", value, NORMS))
         return value
 
     @classmethod
@@ -114,6 +116,13 @@ class WeightsSettings(TuningSettings):
 
         return renamed_key(data, "tune_llm", "tune_method", "[fusion.weights]")
 
+    @field_validator("tune_method")
+    @classmethod
+    def _a_reformulator(cls, value: str | None) -> str | None:
+        from apcir.reformulation.registry import check_method
+
+        return value if value is None else check_method(value)
+
     @model_validator(mode="after")
     def _only_what_the_source_uses(self) -> WeightsSettings:
         unused = {"cv": {"file", "tune_topics", "tune_qrels", "tune_method"},
@@ -147,7 +156,9 @@ class FusionSettings(BaseModel):
     @classmethod
     def _known_norm(cls, value: str) -> str:
         if value not in NORMS:
-            raise ValueError(f"unknown normalisation {value!r}: expected one of {', '.join(NORMS)}")
+            from apcir.registry import unknown_name
+
+            raise ValueError(unknown_name("normalisation", value, NORMS))
         return value
 
     @field_validator("baselines")
@@ -155,11 +166,11 @@ class FusionSettings(BaseModel):
     def _known_systems(cls, value: bool | list[str]) -> bool | list[str]:
         if isinstance(value, list):
             from apcir.fusion.systems import PRIMARY, SYSTEMS
+            from apcir.registry import unknown_name
 
             unknown = [name for name in value if name not in SYSTEMS or name == PRIMARY]
             if unknown:
-                raise ValueError(f"unknown baseline(s) {unknown}: expected some of "
-                                 f"{', '.join(n for n in SYSTEMS.names() if n != PRIMARY)}")
+                raise ValueError(unknown_name("baseline", unknown[0], [n for n in SYSTEMS.names() if n != PRIMARY]))
         return value
 
     def baseline_names(self) -> list[str]:

@@ -135,12 +135,27 @@ def parse_names(text: str) -> list[Measure]:
     text = text.strip()
     found = _ir_parse(text) if text else []
     if not found:
+        guess = _guess(text)
         raise ApcirError(
-            f"unknown measure {text!r}: expected an ir-measures name (nDCG@10, RR, P(rel=2)@10, Judged@10, R@100, "
-            f"AP), a trec_eval name (ndcg_cut_3, recip_rank), MRR / Recall@k / MAP, or a set name "
-            f"({', '.join(MEASURE_SETS)})"
+            f"unknown measure {text!r}: {guess}(expected an ir-measures name (nDCG@10, RR, P(rel=2)@10, Judged@10, "
+            f"R@100, AP), a trec_eval name (ndcg_cut_3, recip_rank), MRR / Recall@k / MAP, or a set name "
+            f"({', '.join(MEASURE_SETS)}))"
         )
     return [_from_ir(m, text) for m in found]
+
+
+def _guess(text: str) -> str:
+    """``did you mean 'nDCG@3'? `` for ``nDGC@3``: the closest measure or set names, with the text's cut-off and
+    parameters kept ("" when none is close)."""
+    import ir_measures
+
+    from apcir.registry import closest
+
+    match = _PREFIX.match(text)
+    prefix, rest = (match["prefix"], match["rest"] or "") if match else (text, "")
+    names = [n for n in ir_measures.measures.registry if n.isascii()] + ["Recall", "MRR", "MAP"]
+    near = [name + rest for name in closest(prefix, names)] + closest(text, MEASURE_SETS)
+    return f"did you mean {' or '.join(repr(n) for n in dict.fromkeys(near))}? " if near else ""
 
 
 def _split(item: str) -> list[str]:

@@ -47,6 +47,15 @@ from apcir.reformulation.settings import FILE_FIELDS, HEURISTIC_FALLBACK, LevelF
 _ID_FIELDS = ("turn_id", "qid", "id")
 
 
+
+NO_LEVEL = "no level in the file"
+"""How a record's note starts when its level came from ``level_fallback``, not from the file."""
+
+
+def level_from_fallback(record: ReformulationRecord) -> bool:
+    """True when the file gave the turn no level and ``level_fallback`` did."""
+    return any(note.startswith(NO_LEVEL) for note in record.notes)
+
 def file_path(llm: str) -> Path:
     """The path of a ``file:PATH`` reformulator name."""
     text = llm[len(PREFIX):].strip()
@@ -129,7 +138,7 @@ def _record(turn: Turn, given: dict[str, Any] | None, llm: str, fallback: LevelF
     level: str
     if raw_level is None or not str(raw_level).strip():
         level = heuristic.level if heuristic else "a"
-        notes.append(f"no level in the file: {level} from the fallback ({fallback})")
+        notes.append(f"{NO_LEVEL}: {level} from the fallback ({fallback})")
     else:
         level = str(raw_level).strip().strip("()").lower()
         if level not in LEVELS:
@@ -272,7 +281,7 @@ def produce(turns: Sequence[Turn], options: Any, emit: Callable[[ReformulationRe
     if missing:
         warn(f"{len(missing)} turn(s) have no usable reformulation in {options.method[len(PREFIX):]}: "
              f"{shown(missing)}")
-    filled = [r for r in records if any(n.startswith("no level") for n in r.notes)]
+    filled = [r for r in records if level_from_fallback(r)]
     if filled:
         warn(f"{len(filled)} turn(s) have no level in the file; levels from the fallback '{options.level_fallback}'")
     for record in records:

@@ -75,6 +75,22 @@ def reformulator_for(llm: str) -> ReformulatorSpec:
     return REFORMULATORS.get("llm")
 
 
+def misspelt(method: str) -> str | None:
+    """One line refusing a ``method`` that nearly spells a reformulator's name (``heuristc``, ``fle:x.tsv``) rather
+    than being taken for a model's name and found out only when that model is asked; None otherwise."""
+    usages = [r.usage for r in REFORMULATORS if r.usage == r.name] + [FILE_PREFIX]
+    return REFORMULATORS.near_miss(method, usages)
+
+
+def check_method(method: str) -> str:
+    """``method`` if it names a reformulator or a model, else a ``ValueError`` (for validators) saying which
+    reformulator it nearly spells."""
+    problem = misspelt(method)
+    if problem is not None:
+        raise ValueError(problem)
+    return method
+
+
 def is_offline(llm: str) -> bool:
     """True for the reformulators that need no model and no network."""
     return reformulator_for(llm).offline

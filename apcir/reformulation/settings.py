@@ -56,7 +56,9 @@ class ReformulatorOptions(LLMSettings):
     def _not_empty(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("give a model name, 'heuristic', 'manual' or 'file:PATH'")
-        return value.strip()
+        from apcir.reformulation.registry import check_method
+
+        return check_method(value.strip())
 
     @field_validator("map")
     @classmethod

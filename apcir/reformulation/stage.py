@@ -47,6 +47,8 @@ class ReformulateSummary(BatchSummary):
 
     model: str
     levels: dict[str, int] = Field(default_factory=dict, description="levels of all ok records in the output")
+    fallback_levels: dict[str, int] = Field(
+        default_factory=dict, description="file:PATH: those of the levels that came from level_fallback, not the file")
 
 
 def stage_identity(turns: list[Turn], options: ReformulatorOptions) -> dict[str, Any]:
@@ -176,7 +178,11 @@ def _summary(
     for record in writer.records:
         records[record.turn_id] = record
     wanted = {t.turn_id for t in turns}
-    levels = Counter(r.output.level for r in records.values() if r.status == "ok" and r.output is not None)
+    from apcir.reformulation.file import level_from_fallback
+
+    ok = [r for r in records.values() if r.status == "ok" and r.output is not None]
+    levels = Counter(r.output.level for r in ok if r.output is not None)
+    fallback = Counter(r.output.level for r in ok if r.output is not None and level_from_fallback(r))
     summary = ReformulateSummary(
         model=llm,
         out=str(out),
@@ -184,6 +190,7 @@ def _summary(
         turns=len(turns),
         skipped=sum(1 for tid in wanted if tid in existing and existing[tid].status == "ok"),
         levels={level: levels.get(level, 0) for level in LEVELS},
+        fallback_levels={level: fallback[level] for level in LEVELS if fallback[level]},
         structured=final_mode,
         config=config,
         **batch_counts(writer, accounting, started),

@@ -51,16 +51,15 @@ class RerankSettings(BaseModel):
     @field_validator("reranker")
     @classmethod
     def _registered(cls, value: str) -> str:
-        try:
-            return RERANKERS.check(value)
-        except Exception as exc:  # an ApcirError; pydantic wants a ValueError
-            raise ValueError(str(exc)) from None
+        return RERANKERS.validate(value)
 
     @field_validator("field")
     @classmethod
     def _known_field(cls, value: str) -> str:
         if value not in LIST_NAMES:
-            raise ValueError(f"unknown field {value!r}: expected one of {', '.join(LIST_NAMES)}")
+            from apcir.registry import unknown_name
+
+            raise ValueError(unknown_name("field", value, LIST_NAMES))
         return value
 
     @field_validator("name")
@@ -80,7 +79,9 @@ class RerankSettings(BaseModel):
                 raise ValueError("no system to re-rank: name at least one (e.g. ['apcir']) or 'all'")
             unknown = [n for n in value if n not in SYSTEMS]
             if unknown:
-                raise ValueError(f"unknown system(s) {unknown}: expected 'all' or some of {', '.join(SYSTEMS.names())}")
+                from apcir.registry import unknown_name
+
+                raise ValueError(unknown_name("system", unknown[0], SYSTEMS.names(), hint=", or 'all'"))
         return value
 
     @field_validator("false_token")

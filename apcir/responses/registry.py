@@ -101,6 +101,21 @@ def responder_for(name: str) -> ResponderSpec:
     return RESPONDERS.get("llm")
 
 
+def misspelt(name: str) -> str | None:
+    """One line refusing a responder ``name`` that nearly spells a responder's (``extractve``, ``pathway:gpt-4o``)
+    rather than being taken for a model's name and found out only at the respond stage; None otherwise."""
+    usages = [r.usage for r in RESPONDERS if r.usage == r.name] + [f"{PATHWAYS}:"]
+    return RESPONDERS.near_miss(name, usages)
+
+
+def check_responder(name: str) -> str:
+    """``name`` if it names a responder or a model, else a ``ValueError`` (for validators)."""
+    problem = misspelt(name)
+    if problem is not None:
+        raise ValueError(problem)
+    return name
+
+
 def usage_help() -> str:
     """One line for ``--responder`` help, from the registry."""
     return "; ".join(f"{r.usage}: {r.description}" for r in RESPONDERS)

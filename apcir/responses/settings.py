@@ -45,7 +45,9 @@ class RespondSettings(LLMSettings):
     def _not_empty(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("give 'extractive' or a model name")
-        return value.strip()
+        from apcir.responses.registry import check_responder
+
+        return check_responder(value.strip())
 
     @model_validator(mode="after")
     def _only_what_is_used(self) -> RespondSettings:

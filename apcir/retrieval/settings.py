@@ -29,10 +29,12 @@ class RetrievalSettings(BaseModel):
     @field_validator("backend")
     @classmethod
     def _registered(cls, value: str) -> str:
-        try:
-            return BACKENDS.check(value)
-        except Exception as exc:  # an ApcirError; pydantic wants a ValueError
-            raise ValueError(str(exc)) from None
+        return BACKENDS.validate(value)
+
+    @field_validator("encoder")
+    @classmethod
+    def _model(cls, value: str) -> str:
+        return check_encoder(value)
 
     @property
     def uses_encoder(self) -> bool:
@@ -42,3 +44,20 @@ class RetrievalSettings(BaseModel):
     def passages_source(self) -> str | None:
         """Where passage texts come from: ``passages``, else ``collection``."""
         return self.passages or self.collection
+
+
+def check_encoder(model: str, others: tuple[str, ...] = ()) -> str:
+    """``model`` unless it nearly spells the name of a model apcir packages (``splade-tny``) or of ``others``
+    (``tfidf``): a hub id (``org/name``) or an existing directory is taken as it is; a ``ValueError`` otherwise
+    (for validators)."""
+    from pathlib import Path
+
+    from apcir.registry import near_miss
+    from apcir.retrieval.encoder import MINILM, SPLADE_TINY
+
+    if "/" in model or "\\" in model or Path(model).expanduser().exists():
+        return model
+    problem = near_miss("encoder", model, [SPLADE_TINY, MINILM, *others], other="a hub id or a model directory")
+    if problem is not None:
+        raise ValueError(problem)
+    return model

@@ -31,9 +31,7 @@ class ExportSettings(BaseModel):
     @field_validator("format")
     @classmethod
     def _registered(cls, value: str | None) -> str | None:
-        if value is not None and value not in FORMATS:
-            raise ValueError(f"unknown submission format {value!r}: expected one of {', '.join(FORMATS.names())}")
-        return value
+        return value if value is None else FORMATS.validate(value)
 
     @field_validator("team_id")
     @classmethod

@@ -165,7 +165,10 @@ def _items(value: Any) -> list[Any]:
 
 def validate_submission(path: Path, turns: list[Turn], fmt: str | None = None,
                         topics_year: int | None = None) -> list[str]:
-    """Every problem found in the submission at ``path`` against the topics ``turns`` (of iKAT ``topics_year``)."""
+    """Every problem found in the submission at ``path`` against the topics ``turns`` (of iKAT ``topics_year``).
+
+    A format of another year than the topics' is one problem, and the checks against the topics stop there: every
+    turn would be "not in the topics" (the organisers' validator stops there too)."""
     spec = FORMATS.get(fmt or detect_format(path))
     mismatch = format_year_problem(spec.name, spec.year, topics_year)
     problems: list[str] = [f"{mismatch} [{spec.year} validator: error]"] if mismatch else []
@@ -174,6 +177,8 @@ def validate_submission(path: Path, turns: list[Turn], fmt: str | None = None,
         # BOM": the organisers' validators stop on the first byte
         problems.append(f"the file starts with a UTF-8 byte-order mark, which the {spec.year} validator's JSON parser "
                         f"refuses; save it as UTF-8 without a BOM [{spec.year} validator: error]")
+    if mismatch:
+        return problems
     return problems + spec.call("check", path, turns)  # type: ignore[no-any-return]
 
 

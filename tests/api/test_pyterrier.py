@@ -55,6 +55,40 @@ def test_pt_experiment_on_an_apcir_pipeline_equals_apcir_evaluate(pipeline_input
     assert table["nDCG@3"].max() > 0  # the runs found judged passages: the comparison is not of zeros
 
 
+def test_level_fusion_says_when_it_fuses_turns_its_weights_were_tuned_on(capsys):
+    """Issue 37: weights tuned on the turns they fuse carry "tuned on test" wherever those runs are scored."""
+    from apcir.contract.weights import LevelWeights, TunedOn, WeightsFile
+    from apcir.pyterrier import LevelFusion
+
+    weights = WeightsFile(step=0.5, divisions=2, objective=["nDCG@3"],
+                          levels={lv: LevelWeights(weights=[0.5, 0.5, 0.0]) for lv in "abc"},
+                          tuned_on=TunedOn(qrels="some-qrels", turns=2, turn_fingerprints={"1_1": "x", "1_2": "y"}))
+    rows = [(q, f"d{i}", float(i), 2 - i, name, "a") for q in ("1_1", "2_1") for i in range(3)
+            for name in ("rewrite", "rewrite_response", "third")]
+    frame = pd.DataFrame(rows, columns=["qid", "docno", "score", "rank", "list", "level"])
+    fusion = LevelFusion(weights)
+    fused = fusion.transform(frame)
+    assert set(fused["qid"]) == {"1_1", "2_1"}
+    assert "tuned on test" in capsys.readouterr().err and fusion.tuned_on_test == 1
+    assert "tuned on 2 turns of some-qrels" in str(fusion)  # the name pt.Experiment shows without names=
+    fusion.transform(frame[frame["qid"] == "2_1"])
+    assert "tuned on test" not in capsys.readouterr().err and fusion.tuned_on_test == 0
+
+
+def test_what_pyterrier_prints_for_an_ikat_frame_is_in_the_docs(capsys):
+    """The tutorial's frame comes from pt.get_dataset(...).get_topics(), which prints a note about query fields:
+    the Python tutorial says why (a docs check that would catch the note appearing unexplained again)."""
+    from pathlib import Path
+
+    import apcir.irds  # noqa: F401
+
+    pt.get_dataset("irds:trec-ikat/2023/judged").get_topics()
+    printed = capsys.readouterr().out
+    page = (Path(__file__).resolve().parents[2] / "docs" / "tutorials" / "python.md").read_text(encoding="utf-8")
+    if "multiple query fields" in printed:
+        assert "multiple query fields" in page
+
+
 def test_reformulate_reads_an_ir_datasets_frame_as_it_reads_topics():
     import apcir.irds  # noqa: F401
 

@@ -82,7 +82,8 @@ def test_a_rankgpt_window_smaller_than_its_step_is_refused(files, run_cli):
 
 @pytest.mark.parametrize("extra, message", [
     (["--depth", "0"], "--depth 0: Input should be greater than or equal to 1"),
-    (["--reranker", "monobert"], "unknown re-ranker 'monobert': expected one of monot5, cross-encoder, rankgpt"),
+    (["--reranker", "monobert"], "--reranker: unknown re-ranker 'monobert': did you mean 'monot5'? (expected one of "
+                                  "monot5, cross-encoder, rankgpt)"),
     (["--field", "rewrite"], "--field rewrite applies to a reformulations JSONL file, not a TSV"),
     (["--window", "5", "--step", "8"], "window: not used by the monot5 re-ranker"),
     (["--window", "5"], "window: not used by the monot5 re-ranker"),

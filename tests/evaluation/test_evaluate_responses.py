@@ -141,3 +141,25 @@ def test_responses_for_other_topics_are_a_clear_error(run_cli, tmp_path):
     path.write_text("".join(r.model_dump_json() + "\n" for r in records(TURNS[:1]).values()))
     code, _, err = run_cli("evaluate-responses", str(path), "--topics", "ikat24-test")
     assert code == 2 and "no response is for a turn of ikat24-test" in " ".join(err.split())
+
+
+def test_two_runs_of_apcir_are_named_after_their_directories_or_as_given(run_cli, tmp_path):
+    """Issue 37: `evaluate-responses a/responses.jsonl b/responses.jsonl` failed ("two responses files hold a run
+    named 'responses'"); now each is its directory's name, or NAME=PATH's."""
+    from apcir.evaluation.nuggets import load_response_runs
+
+    turns = datasets.topics("ikat25-test")[:3]
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "responses.jsonl").write_text(
+            "".join(r.model_dump_json() + "\n" for r in records(turns, text=f"answer of {folder}").values()))
+    a, b = str(tmp_path / "a" / "responses.jsonl"), str(tmp_path / "b" / "responses.jsonl")
+    assert set(load_response_runs([a, b])) == {"a", "b"}
+    assert set(load_response_runs([f"mine={a}", b])) == {"mine", "b"}
+    code, out, err = run_cli("evaluate-responses", f"mine={a}", b, "--topics", "ikat25-test", "--nuggets",
+                             "ikat25-test", "--matcher", "lexical", "--json")
+    assert code == 0, err
+    assert set(json.loads(out)["runs"]) == {"mine", "b"}
+    code, _, err = run_cli("evaluate-responses", a, a, "--topics", "ikat25-test", "--nuggets", "ikat25-test",
+                           "--matcher", "lexical")
+    assert code == 2 and "name them NAME=PATH" in err

@@ -108,7 +108,9 @@ def test_notebook_runs_on_the_demo_outputs(demo, monkeypatch):
     text = "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in outputs)
     assert "332 turns; 9-1_4" in text and "run demo: topics ikat23-test" in text
     assert "level a:" in text and "level c:" in text and "level a: w = [" in text
-    assert "APCIR on this turn: {'MRR'" in text and "grade" in text
+    assert "APCIR on this turn (x100): MRR" in text and "grade" in text
+    # one scale in every human-facing table (issue 37): the systems' table as `apcir run` shows it, not fractions
+    assert "51.6" in text and "0.5161" not in text
     assert "no-personalisation" in text and "p corrected" in text and "Judged@10" in text
     # the notebook uses only the public API
     sources = "\n".join(c.source for c in notebook.cells if c.cell_type == "code")

@@ -97,3 +97,21 @@ def test_every_plugin_entry_reached_from_the_cli(plugin, small, run_cli, tmp_pat
     (tmp_path / "bad.tsv").write_text("99-9_9\tx\n")
     code, _, err = run_cli("validate", str(tmp_path / "bad.tsv"), "--topics", "ikat23-test", "--format", "tops")
     assert code == 1 and "unknown turn 99-9_9" in err
+
+
+def test_a_plugins_names_are_accepted_and_their_misspellings_refused_like_the_builtins(plugin):
+    """Issue 37: names are checked against the registries as loaded, plugins included."""
+    from apcir.errors import ApcirError
+    from apcir.experiment.config import validate_config
+
+    def config(**sections):
+        return validate_config({"name": "p", "fusion": {"weights": {"source": "file", "file": "w.json"}}, **sections})
+
+    assert config(reformulator={"method": "shout"}).reformulator.method == "shout"
+    assert config(retrieval={"backend": "toy-overlap"}).retrieval.backend == "toy-overlap"
+    assert config(rerank={"reranker": "shortest"}).rerank[0].reranker == "shortest"
+    for sections, guess in (({"reformulator": {"method": "shuot"}}, "did you mean 'shout'?"),
+                            ({"retrieval": {"backend": "toy-overlp"}}, "did you mean 'toy-overlap'?"),
+                            ({"rerank": {"reranker": "shortst"}}, "did you mean 'shortest'?")):
+        with pytest.raises(ApcirError, match=guess):
+            config(**sections)

@@ -107,3 +107,26 @@ def test_cli_reformulate_from_a_file_reports_the_missing_turn(run_cli, tmp_path,
     assert turns[3].turn_id in err and "no usable reformulation" in err
     records = load_reformulations(out)
     assert records[turns[3].turn_id].status == "failed" and records[turns[0].turn_id].status == "ok"
+
+
+def test_the_summary_credits_the_file_only_with_the_levels_it_gave(run_cli, tmp_path, turns):
+    """Issue 37: a TSV has no level column; its levels come from --level-fallback and the summary says so."""
+    path = tmp_path / "rewrites.jsonl"
+    path.write_text("".join(json.dumps({"turn_id": t.turn_id, "rewrite": f"rewrite of {t.turn_id}",
+                                        **({"level": "c"} if i == 0 else {})}) + "\n" for i, t in enumerate(turns)))
+    out = tmp_path / "out.jsonl"
+    code, stdout, err = run_cli("reformulate", "--topics", "ikat23-test", "--turns", ",".join(t.turn_id for t in turns),
+                                "--llm", f"file:{path}", "--level-fallback", "a", "--out", str(out), "--no-progress",
+                                "--json")
+    assert code == 0, err
+    summary = json.loads(stdout)
+    assert summary["levels"] == {"a": 3, "b": 0, "c": 1} and summary["fallback_levels"] == {"a": 3}
+    code, stdout, err = run_cli("reformulate", "--topics", "ikat23-test", "--turns", ",".join(t.turn_id for t in turns),
+                                "--llm", f"file:{path}", "--level-fallback", "a", "--out", str(tmp_path / "again.jsonl"),
+                                "--no-progress")
+    assert code == 0, err
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in stdout.splitlines()
+            if line.count("│") >= 3}
+    assert rows["levels written (a/b/c)"] == "3/0/1" and rows["of which from the file"] == "0/0/1"
+    assert rows["of which from --level-fallback"] == "3/0/0"
+    assert "levels in the file" not in stdout

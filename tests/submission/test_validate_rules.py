@@ -302,6 +302,8 @@ def test_a_format_of_another_year_than_the_topics_is_flagged(valid, tmp_path, fm
     path = _write(valid[year], year, tmp_path / f"s{'.jsonl' if year == 2025 else '.json'}")
     problems = validate_submission(path, datasets.topics(topics), None, datasets.topics_year(topics))
     assert problems[0].startswith(f"{fmt} is the iKAT {year} format but the topics are iKAT")
+    # the verdict is the answer: no turn-by-turn "not in the topics" after it (issue 37: 349 such lines)
+    assert len(problems) == 1, problems[1:4]
 
 
 def test_validate_cli_one_line_per_problem_and_exit_1(valid, tmp_path, run_cli):
