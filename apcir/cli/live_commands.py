@@ -147,15 +147,21 @@ def converse_command(
     if as_json:
         print_json({"run_id": summary.run_id, "answered": summary.answered, "resent": summary.resent,
                     "refitted": summary.refitted, "trimmed": summary.trimmed, "topics": summary.topics,
+                    "already_complete": summary.already_complete, "earlier": summary.earlier,
                     "latency": latency, "skipped": summary.skipped,
                     "record": None if record is None else {"total": record.total, "matched": record.matched,
                                                            "differences": record.differences,
                                                            "error": record.error},
                     **({"debug_budget": budgets} if debug else {})})
     else:
-        console.print(f"run {run_id}: {summary.answered} utterances answered over {len(summary.topics)} topics "
-                      f"({summary.resent} answers sent again after a restart, {summary.trimmed} responses cut to "
-                      f"the token limit); outputs in {target}/", highlight=False)
+        if summary.already_complete and not summary.answered:
+            console.print(f"run {run_id}: already complete ({summary.earlier} utterances answered over "
+                          f"{len(summary.earlier_topics)} topics by earlier commands); outputs in {target}/",
+                          highlight=False)
+        else:
+            console.print(f"run {run_id}: {summary.answered} utterances answered over {len(summary.topics)} topics "
+                          f"({summary.resent} answers sent again after a restart, {summary.trimmed} responses cut "
+                          f"to the token limit); outputs in {target}/", highlight=False)
         for stage, values in latency.items():
             console.print(f"  {stage}: p50 {values['p50']:.2f} s, p95 {values['p95']:.2f} s, "
                           f"max {values['max']:.2f} s", highlight=False)

@@ -108,6 +108,11 @@ class ConverseSummary:
     """Journaled answers cut again to the limit in force before they were sent."""
     record: RecordCheck | None = None
     """The server's record against the journal (run mode; None for a debug run, which has no dump)."""
+    already_complete: bool = False
+    """The journal had ended the run before this command: nothing was left to answer."""
+    earlier: int = 0
+    """Utterances answered by earlier commands in this directory (the journal's distinct answers)."""
+    earlier_topics: list[str] = field(default_factory=list)
 
     def latency(self) -> dict[str, dict[str, float]]:
         """p50/p95/max seconds per stage and for the whole turn."""
@@ -450,6 +455,7 @@ class Converse:
 
     def play(self) -> ConverseSummary:
         self.prepare()
+        self._count_earlier()
         reply = self._opening()
         while True:
             last = self.journal.last("utterance")
@@ -472,6 +478,13 @@ class Converse:
         if not self.debug:  # a debug run has no dump
             self.summary.record = self.check_record()
         return self.summary
+
+    def _count_earlier(self) -> None:
+        """What the journal says was answered before this command, and whether it had ended the run."""
+        keys = {tuple(e["key"]) for e in self.journal.entries if e["event"] == "answer"}
+        self.summary.earlier = len(keys)
+        self.summary.earlier_topics = list(dict.fromkeys(str(key[0]) for key in keys))
+        self.summary.already_complete = self.journal.last("end") is not None
 
     def _answer_for(self, reply: Utterance) -> tuple[Answer, dict[str, Any]] | None:
         """The latest answer computed for this utterance (sent or not), and its journal entry: it is sent again,

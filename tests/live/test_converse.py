@@ -263,6 +263,13 @@ def test_the_converse_command_plays_a_run_and_says_nothing_of_the_token(live_set
         summary = json.loads(out)
         assert summary["answered"] == 2 and set(summary["latency"]) >= {"reformulate", "retrieve", "respond", "turn"}
         assert CANARY not in out + err
+        assert not summary["already_complete"]
+        # the finished run, run again: said to be complete (not "0 utterances answered over 0 topics")
+        code, out, err = run_cli("converse", str(config), "--api", server.url, "--run-id", "cli2", "-o",
+                                 str(tmp_path / "run2"))
+        assert code == 0, err
+        assert "already complete (2 utterances answered over 1 topics by earlier commands)" in " ".join(out.split())
+        assert "0 utterances answered" not in out
     finally:
         server.stop()
     cfg = validate_config(data)
