@@ -15,17 +15,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import importlib.util
-import os
 import socket
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-REQUIRE_ENV = "APCIR_REQUIRE_MILVUS_SERVER"
-"""``.ci/run`` sets it to 1: the real-server tests must run, a skip is a failure."""
 VERSION = "2.3.5"
 PORT_KEYS = ("root_coord_port", "proxy_port", "proxy_internal_port", "query_coord_port", "query_node_port",
              "index_coord_port", "index_node_port", "data_coord_port", "data_node_port")
@@ -169,16 +165,3 @@ class Forward:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def wait_for(condition: Any, timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return False
-
-
-def require() -> bool:
-    return os.environ.get(REQUIRE_ENV) == "1"

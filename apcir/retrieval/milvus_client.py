@@ -4,6 +4,11 @@ pymilvus logs every failed call (with a traceback) through its ``pymilvus`` logg
 terminal when it is imported. apcir points them at a log file instead (:func:`log_file`,
 ``~/.cache/apcir/milvus/pymilvus.log``, rotated at 1 MB; the token is masked), and a failure is one line
 that names the file when pymilvus wrote something there.
+
+gRPC's own transport messages (e.g. a server's ``GOAWAY ... too_many_pings`` to a connection left idle while
+passages are encoded) are printed by its C core straight to the terminal; apcir turns them off
+(``GRPC_VERBOSITY=NONE``, unless the variable is set) and gives each client a connection of its own, closed with
+it, rather than pymilvus's shared one, which outlives the client.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import logging.handlers
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,6 +89,7 @@ def capture_logs() -> _LogFile:
 
 def connect(location: MilvusLocation) -> Any:
     """A ``pymilvus.MilvusClient`` for the location; failures are one line."""
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # read when gRPC's core starts (set GRPC_VERBOSITY to see it)
     try:
         from pymilvus import MilvusClient
     except ImportError:
@@ -95,7 +102,7 @@ def connect(location: MilvusLocation) -> Any:
     logs = capture_logs()
     before = logs.records
     try:
-        return MilvusClient(uri=location.uri, token=location.token(), timeout=30)
+        return MilvusClient(uri=location.uri, token=location.token(), timeout=30, dedicated=True)
     except Exception as exc:  # pymilvus raises MilvusException, grpc and OS errors alike
         raise ApcirError(f"cannot reach Milvus at {location}: {reason(exc)}{_see_log(before)}") from None
 
