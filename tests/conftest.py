@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -49,12 +50,21 @@ def small(tmp_path_factory):
     return root, collection, index, chosen
 
 
+# Modules that test against a real server installed by `make setup`/`make test`, and the variable under which
+# (`.ci/run` sets each to 1) such a module must run: skipping it is then a failure.
+REQUIRED = {"test_local_llm": "APCIR_REQUIRE_LOCAL_LLM", "test_retrieval_milvus_server": "APCIR_REQUIRE_MILVUS_SERVER"}
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_make_collect_report(collector):
-    """Under APCIR_REQUIRE_LOCAL_LLM=1 (``.ci/run``), the real-server tests must run: a skipped module fails."""
+    """Under APCIR_REQUIRE_LOCAL_LLM=1 / APCIR_REQUIRE_MILVUS_SERVER=1 (``.ci/run``), the real-server tests must run:
+    a skipped module fails."""
     outcome = yield
     report = outcome.get_result()
-    if os.environ.get("APCIR_REQUIRE_LOCAL_LLM") == "1" and report.skipped and "test_local_llm" in str(
-            getattr(collector, "path", "")):
+    if not report.skipped:
+        return
+    name = Path(str(getattr(collector, "path", ""))).stem
+    variable = REQUIRED.get(name)
+    if variable is not None and os.environ.get(variable) == "1":
         report.outcome = "failed"
-        report.longrepr = f"APCIR_REQUIRE_LOCAL_LLM=1, but the local-LLM tests were skipped: {report.longrepr}"
+        report.longrepr = f"{variable}=1, but the {name} tests were skipped: {report.longrepr}"

@@ -13,7 +13,7 @@ from apcir.contract.reformulations import QueryInput
 from apcir.errors import ApcirError
 from apcir.retrieval.encoder import SpladeEncoder, TextEncoder, canonical_model_name, make_encoder
 from apcir.retrieval.location import is_milvus, parse_milvus
-from apcir.retrieval.manifest import MANIFEST, IndexManifest, is_foreign_lucene, read_manifest
+from apcir.retrieval.manifest import IndexManifest, is_foreign_lucene, read_manifest
 from apcir.retrieval.registry import BACKENDS, BARE_LUCENE
 
 
@@ -55,14 +55,9 @@ def locate(index: str | Path) -> Path:
     """The local folder of an index (a directory, or a Milvus location's companion folder, restored from the
     collection's manifest when this machine has none)."""
     if is_milvus(index):
-        from apcir.retrieval.milvus import restore_folder
+        from apcir.retrieval.milvus_collection import locate as locate_collection
 
-        location = parse_milvus(index)
-        restore_folder(location)
-        if not (location.folder / MANIFEST).exists():
-            raise ApcirError(f"no complete index at {location}: build it (or finish its build) with "
-                             f"`apcir index build --out {location} ...`")
-        return location.folder
+        return locate_collection(parse_milvus(index))  # only a complete build; one line otherwise
     return Path(index).expanduser()
 
 
@@ -104,6 +99,8 @@ def open_index(
                              else SpladeEncoder(encoder, device=device, batch_size=batch_size))
         return spec.call("open", folder, None, query_encoder, threads=threads)  # type: ignore[no-any-return]
     manifest = read_manifest(folder)
+    if is_milvus(index_dir):  # searched where it was reached (another port or host than the build's, maybe)
+        manifest = manifest.model_copy(update={"location": str(parse_milvus(index_dir))})
     if manifest.backend not in BACKENDS:
         raise ApcirError(f"index backend {manifest.backend!r} is unknown to this apcir "
                          f"(it knows {', '.join(BACKENDS.names())})", path=folder)

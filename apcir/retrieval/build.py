@@ -19,9 +19,10 @@ removes ``_build``. The manifest is written last.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, TypeAlias
@@ -40,7 +41,7 @@ from apcir.datasets.store import OFFSETS, build_offsets
 from apcir.errors import ApcirError
 from apcir.io import atomic_write, check_unicode, write_json, write_text
 from apcir.retrieval.encoder import DEFAULT_MODEL, SpladeEncoder, TextEncoder, canonical_model_name, make_encoder
-from apcir.retrieval.location import index_folder, is_milvus, parse_milvus
+from apcir.retrieval.location import is_milvus, parse_milvus
 from apcir.retrieval.manifest import (
     MANIFEST,
     CollectionInfo,
@@ -53,8 +54,8 @@ from apcir.retrieval.registry import BACKENDS, ENCODER_KINDS, BackendSpec
 
 WORK = "_build"
 CHUNK_SIZE = 10_000
-OWNED_OUTPUTS = (MANIFEST, "postings.npz", *(f"postings.{a}.npy" for a in ("indptr", "indices", "data", "local", "bounds")),
-                 "ids.txt", "ids.npy", "lucene", "vectors.npy", "docid", "index", WORK, OFFSETS,
+OWNED_OUTPUTS = (MANIFEST, f"{MANIFEST}.staged", "postings.npz",
+                 *(f"postings.{a}.npy" for a in ("indptr", "indices", "data", "local", "bounds")), "ids.txt", "ids.npy", "lucene", "vectors.npy", "docid", "index", WORK, OFFSETS,
                  "vocab.txt")
 
 
@@ -131,7 +132,7 @@ def build_index(
     spec = BACKENDS.get(backend)
     if chunk_size < 1:
         raise ApcirError(f"chunk size must be positive, got {chunk_size}")
-    out, target = _target(spec, out_dir)
+    _check_target(spec, out_dir)
     path = collection_path(collection)
     name = str(collection)
     shard_spec = parse_shard(shard)
@@ -146,6 +147,21 @@ def build_index(
         model = encoder.name if isinstance(encoder, TextEncoder) else canonical_model_name(encoder)
         if isinstance(encoder, TextEncoder):
             doc_max_length = encoder.doc_max_length
+    loaded = encoder if isinstance(encoder, TextEncoder) else None
+    kind = spec.encoder
+
+    def get_encoder() -> TextEncoder:
+        nonlocal loaded
+        if loaded is None:
+            if kind is None:
+                raise ApcirError(f"a {backend} index takes no encoder")
+            loaded = make_encoder(kind, str(encoder), device=device, doc_max_length=doc_max_length,
+                                  batch_size=batch_size)
+        return loaded
+
+    # a database backend asks the server what it can do, and creates the collection, before any work
+    out, target = _target(spec, out_dir, overwrite=overwrite,
+                          dimension=lambda: int(getattr(get_encoder(), "dimension")))  # noqa: B009
 
     if (out / MANIFEST).exists():
         status = index_status(out, path, backend, model, doc_max_length)
@@ -156,9 +172,7 @@ def build_index(
         if not overwrite:
             raise ApcirError(f"an index already exists here and differs: {status.reason}; pass --overwrite to replace it", path=out)
     if overwrite:
-        remove_outputs(out)
-        if target is not None:
-            spec.call_remote("drop", target)
+        remove_outputs(out)  # a database's collection was replaced by _target
     out.mkdir(parents=True, exist_ok=True)
 
     if spec.encoder is None:
@@ -174,16 +188,6 @@ def build_index(
         ),
         explicit_shards=shard_spec is not None,
     )
-    loaded = encoder if isinstance(encoder, TextEncoder) else None
-    kind = spec.encoder
-
-    def get_encoder() -> TextEncoder:
-        nonlocal loaded
-        if loaded is None:
-            loaded = make_encoder(kind, str(encoder), device=device, doc_max_length=doc_max_length,
-                                  batch_size=batch_size)
-        return loaded
-
     if vectors_from is not None:
         if shard_spec is not None or plan.shards != 1:
             raise ApcirError("--vectors-from reuses a whole index; it cannot be combined with --shard")
@@ -231,9 +235,10 @@ def build_from_vectors(
         what = "indexes texts" if spec.encoder is None else "indexes dense embeddings"
         raise ApcirError(f"{backend} {what}; --vectors builds a backend that searches sparse vectors "
                          f"({', '.join(b.name for b in BACKENDS if b.encoder == 'splade')})")
-    out, target = _target(spec, out_dir)
+    _check_target(spec, out_dir)
     path = collection_path(collection)
     model = canonical_model_name(encoder) if encoder else None
+    out, target = _target(spec, out_dir, overwrite=overwrite)
     if (out / MANIFEST).exists():
         status = index_status(out, path, backend, model)
         if status.up_to_date and not overwrite and status.manifest is not None and status.manifest.source == "vectors":
@@ -242,9 +247,7 @@ def build_from_vectors(
             raise ApcirError(f"an index already exists here and differs: {status.reason}; pass --overwrite to replace it",
                              path=out)
     if overwrite:
-        remove_outputs(out)
-        if target is not None:
-            spec.call_remote("drop", target)
+        remove_outputs(out)  # a database's collection was replaced by _target
     out.mkdir(parents=True, exist_ok=True)
     vocabulary: Any = SpladeEncoder(encoder) if encoder else None
     token_ids = {t: i for i, t in enumerate(vocabulary.vocabulary)} if vocabulary is not None else None
@@ -274,9 +277,7 @@ def build_from_vectors(
         **lengths, **facts,
     )
     build_offsets(path, out / OFFSETS)
-    if target is not None:
-        spec.call_remote("publish", target, manifest)
-    write_manifest(out, manifest)
+    _finish(out, manifest, spec, target)
     shutil.rmtree(work, ignore_errors=True)
     return BuildResult("built", out, manifest, f"built {manifest.describe()} from vectors in {out}", 0,
                        manifest.build_seconds)
@@ -548,28 +549,51 @@ def _merge(out: Path, plan: BuildPlan, encoder: TextEncoder, spec: BackendSpec, 
         **facts,
     )
     build_offsets(Path(plan.collection.path), out / OFFSETS)
-    if target is not None:
-        spec.call_remote("publish", target, manifest)
-    write_manifest(out, manifest)
+    _finish(out, manifest, spec, target)
     shutil.rmtree(work, ignore_errors=True)
     return manifest
 
 
-def _target(spec: BackendSpec, out_dir: str | Path) -> tuple[Path, str | None]:
-    """The local folder of an index and, for a backend that keeps it in a database, its location."""
+def _check_target(spec: BackendSpec, out_dir: str | Path) -> None:
+    """A database backend needs a location, a directory backend a directory."""
     if is_milvus(out_dir) != (spec.remote is not None):
         able = ", ".join(b.name for b in BACKENDS if b.remote is not None)
         if spec.remote is not None:
             raise ApcirError(f"a {spec.name} index lives in Milvus: give --out milvus:PATH.db (Milvus Lite) or "
                              "milvus://HOST:PORT/COLLECTION (a server)")
         raise ApcirError(f"{out_dir} is a Milvus location; build it with --backend {able}")
+
+
+def _target(spec: BackendSpec, out_dir: str | Path, *, overwrite: bool = False,
+            dimension: Callable[[], int] | None = None) -> tuple[Path, str | None]:
+    """The local folder of an index and, for a backend that keeps it in a database, its location.
+
+    For a database, this is where the build first talks to the server: it checks what the server can do and
+    creates the (empty) collection, or replaces it (``overwrite``), before anything is encoded; the local folder
+    is the collection's companion folder, named by the collection's identity."""
+    _check_target(spec, out_dir)
     if spec.remote is None:
         return Path(out_dir).expanduser(), None
-    location = parse_milvus(out_dir)
-    from apcir.retrieval.milvus import restore_folder
+    location = str(parse_milvus(out_dir))
+    folder = spec.call_remote("prepare", location, spec.name, dimension=dimension, overwrite=overwrite)
+    return folder, location
 
-    restore_folder(location)  # reachable, and an index another machine built is known here
-    return index_folder(out_dir), str(location)
+
+def _finish(out: Path, manifest: IndexManifest, spec: BackendSpec, target: str | None) -> None:
+    """Write the manifest, the mark of a complete index. For a database, the local manifest is staged first,
+    the server records its copy, and only then is the local one put in place: a failure on either side leaves
+    the build unfinished on both."""
+    if target is None:
+        write_manifest(out, manifest)
+        return
+    staged = out / f"{MANIFEST}.staged"
+    write_json(staged, manifest.model_dump(), indent=2)
+    try:
+        spec.call_remote("publish", target, manifest)
+    except BaseException:
+        staged.unlink(missing_ok=True)
+        raise
+    os.replace(staged, out / MANIFEST)
 
 
 def _at(target: str | None) -> dict[str, str]:

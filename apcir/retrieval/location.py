@@ -14,11 +14,14 @@ an API key); it is never written into a manifest, a config or a run directory.
 Every index also has a local *folder*: for a directory index the directory
 itself; for a Milvus index a companion folder holding what apcir keeps beside
 the vectors (``manifest.json``, the collection's passage offsets, the
-resumable build's chunks): ``PATH.db.apcir/`` next to a Milvus Lite database,
-``$APCIR_CACHE_DIR/../milvus/HOST-PORT/COLLECTION/`` (default
-``~/.cache/apcir/milvus/...``) for a server. The manifest is also stored in the
-collection itself, so another machine pointed at the same cluster restores the
-folder from it.
+resumable build's chunks): ``PATH.db.apcir/`` next to a Milvus Lite database;
+for a server, a folder named by the collection itself, not by the address it
+was reached through: ``$APCIR_CACHE_DIR/../milvus/COLLECTION-ID/`` (default
+``~/.cache/apcir/milvus/...``; ID is the collection's id in the server), so the
+same collection reached through another address or port finds the same
+folder. The manifest is also stored in the collection itself, so another
+machine pointed at the same cluster restores the folder from it
+(:mod:`apcir.retrieval.milvus_collection`).
 """
 
 from __future__ import annotations
@@ -53,14 +56,20 @@ class MilvusLocation:
         return f"{prefix}://{rest}/{self.collection}"
 
     @property
-    def folder(self) -> Path:
-        """The local companion folder (manifest, offsets, build chunks)."""
+    def root(self) -> Path:
+        """The local folder its companion folder lives in, known without asking the server: a Milvus Lite
+        database's companion folder itself; for a server apcir's Milvus cache folder (the companion folder in it
+        is named by the collection's identity: :meth:`companion_folder`)."""
         if self.lite:
             return Path(self.uri + ".apcir")
-        from apcir.datasets.store import offsets_cache_dir  # the cache root apcir's other caches share
+        return milvus_cache_dir()
 
-        host = self.uri.partition("://")[2].replace(":", "-").replace("/", "-")
-        return offsets_cache_dir().parent / "milvus" / host / self.collection
+    def companion_folder(self, collection_id: int | str) -> Path:
+        """The local companion folder of this collection (manifest, offsets, build chunks): ``PATH.db.apcir``
+        for Milvus Lite; for a server ``<cache>/milvus/COLLECTION-ID``, the same whatever address reached it."""
+        if self.lite:
+            return self.root
+        return self.root / f"{self.collection}-{collection_id}"
 
     @staticmethod
     def token() -> str:
@@ -102,8 +111,17 @@ def parse_milvus(text: str | Path) -> MilvusLocation:
     return location
 
 
+def milvus_cache_dir() -> Path:
+    """apcir's Milvus cache folder: the companion folders of server collections, and pymilvus's log."""
+    from apcir.datasets.store import offsets_cache_dir  # the cache root apcir's other caches share
+
+    return offsets_cache_dir().parent / "milvus"
+
+
 def index_folder(index: str | Path) -> Path:
-    """The local folder of an index: the directory itself, or a Milvus location's companion folder."""
+    """The local folder an index's files live under, known without opening it: the directory itself; for a
+    Milvus location its :attr:`MilvusLocation.root` (for a server, the cache folder that holds its companion
+    folder)."""
     if is_milvus(index):
-        return parse_milvus(index).folder
+        return parse_milvus(index).root
     return Path(index).expanduser()

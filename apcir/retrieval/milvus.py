@@ -5,10 +5,11 @@ cluster: only the location differs (:mod:`apcir.retrieval.location`).
 
 The collection apcir writes has two fields: ``id`` (VARCHAR, the primary key:
 the passage id) and ``vector`` (``SPARSE_FLOAT_VECTOR`` over the model's
-vocabulary, or ``FLOAT_VECTOR`` of the model's dimension). Its properties hold
-``apcir.manifest`` (the index manifest as JSON) once the build is complete, and
-``apcir.build`` while it is running; a collection with neither was not built by
-apcir and is never written to.
+vocabulary, or ``FLOAT_VECTOR`` of the model's dimension). What the server must
+support, where the manifest lives and the build's state are in
+:mod:`apcir.retrieval.milvus_collection` (the collection is created, and the
+server checked, before anything is encoded); a collection apcir did not build is
+never written to.
 
 **Building** is resumable and never duplicates a passage: the encoded chunks
 (the sharded, resumable encoder's output in ``<folder>/_build``) are written
@@ -46,94 +47,26 @@ from apcir.contract.runs import ranking
 from apcir.errors import ApcirError
 from apcir.io import read_text, write_json
 from apcir.retrieval.location import MilvusLocation, parse_milvus
-from apcir.retrieval.manifest import MANIFEST, IndexManifest, write_manifest
+from apcir.retrieval.manifest import IndexManifest
+from apcir.retrieval.milvus_client import call, connect
+from apcir.retrieval.milvus_collection import (
+    ID_FIELD,
+    MAX_ID_LENGTH,
+    VECTOR_FIELD,
+    building_identity,
+    describe,
+    stored_manifest,
+)
 
-ID_FIELD = "id"
-VECTOR_FIELD = "vector"
-MANIFEST_PROPERTY = "apcir.manifest"
-BUILD_PROPERTY = "apcir.build"
+__all__ = ["MilvusIndex", "SparseMilvusIndex", "connect", "open_dense", "open_sparse", "write_dense", "write_sparse"]
+
 PROGRESS = "milvus-progress.json"
-MAX_ID_LENGTH = 512
 MAX_TOPK = 16_384
 ROWS_PER_REQUEST = 2_000
 QUERIES_PER_REQUEST = 64
 SPARSE_SEARCH = {"metric_type": "IP", "params": {"drop_ratio_search": 0.0}}
 DENSE_SEARCH = {"metric_type": "IP", "params": {}}
-TESTED_WITH = "milvus-lite 3.2.2 with pymilvus 3.0.2"
-
-
-# ---- connecting ---------------------------------------------------------------------------------
-def connect(location: MilvusLocation) -> Any:
-    """A ``pymilvus.MilvusClient`` for the location; failures are one line."""
-    try:
-        from pymilvus import MilvusClient
-    except ImportError:
-        raise ApcirError("the milvus backends need pymilvus (and milvus-lite for milvus:PATH.db): "
-                         "pip install pymilvus milvus-lite, or pip install 'apcir[milvus]'") from None
-    if location.lite:
-        parent = Path(location.uri).parent
-        if not parent.is_dir():
-            raise ApcirError(f"cannot open Milvus Lite database {location.uri}: folder {parent} does not exist")
-    try:
-        return MilvusClient(uri=location.uri, token=location.token(), timeout=30)
-    except Exception as exc:  # pymilvus raises MilvusException, grpc and OS errors alike
-        raise ApcirError(f"cannot reach Milvus at {location}: {_reason(exc)}") from None
-
-
-def _reason(exc: BaseException) -> str:
-    message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-    return str(message).strip().splitlines()[0]
-
-
-def _call(location: MilvusLocation, what: str, function: Any, *args: Any, **kwargs: Any) -> Any:
-    try:
-        return function(*args, **kwargs)
-    except ApcirError:
-        raise
-    except Exception as exc:
-        raise ApcirError(f"Milvus at {location}: {what} failed: {_reason(exc)}") from None
-
-
-def properties(client: Any, location: MilvusLocation) -> dict[str, str] | None:
-    """The collection's properties, or None when it does not exist."""
-    if not _call(location, "listing collections", client.has_collection, location.collection):
-        return None
-    described = _call(location, "describing the collection", client.describe_collection, location.collection)
-    return dict(described.get("properties") or {})
-
-
-def stored_manifest(client: Any, location: MilvusLocation) -> IndexManifest | None:
-    """The manifest a complete apcir build left in the collection (None: no such collection)."""
-    props = properties(client, location)
-    if props is None:
-        return None
-    if MANIFEST_PROPERTY not in props:
-        state = "an unfinished apcir build" if BUILD_PROPERTY in props else "not built by apcir"
-        raise ApcirError(f"Milvus collection {location} is {state}; "
-                         + ("re-run `apcir index build` to finish it" if BUILD_PROPERTY in props
-                            else "name another collection (apcir never writes into a collection it did not create)"))
-    try:
-        return IndexManifest.model_validate_json(props[MANIFEST_PROPERTY])
-    except ValueError:  # pydantic's ValidationError, a property written by something else
-        raise ApcirError(f"Milvus collection {location} holds an unreadable apcir manifest; rebuild it with "
-                         "--overwrite") from None
-
-
-def restore_folder(location: MilvusLocation) -> None:
-    """Write the companion folder's manifest from the collection when the folder has none (another machine)."""
-    folder = location.folder
-    if (folder / MANIFEST).exists():
-        return
-    client = connect(location)
-    try:
-        props = properties(client, location)
-        unfinished = props is not None and BUILD_PROPERTY in props and MANIFEST_PROPERTY not in props
-        manifest = None if unfinished else stored_manifest(client, location)  # an unfinished build resumes
-    finally:
-        client.close()
-    if manifest is not None:
-        folder.mkdir(parents=True, exist_ok=True)
-        write_manifest(folder, manifest)
+TESTED_WITH = "milvus-lite 3.2.2 and a Milvus 2.3.5 standalone server (milvus-dense), with pymilvus 3.0.2"
 
 
 # ---- building ------------------------------------------------------------------------------------
@@ -149,53 +82,18 @@ def write_dense(out: Path, chunks: Iterable[tuple[list[str], np.ndarray]], encod
     return _write(target, chunks, encoder, work, sparse=False)
 
 
-def publish(target: str, manifest: IndexManifest) -> None:
-    """Mark the build complete: the manifest becomes the collection's ``apcir.manifest`` property."""
-    location = parse_milvus(target)
-    client = connect(location)
-    try:
-        _call(location, "recording the manifest", client.alter_collection_properties, location.collection,
-              properties={MANIFEST_PROPERTY: manifest.model_dump_json()})
-        _call(location, "recording the manifest", client.drop_collection_properties, location.collection,
-              property_keys=[BUILD_PROPERTY])
-    finally:
-        client.close()
-
-
-def drop(target: str) -> None:
-    """Remove a collection apcir built (``--overwrite``); a collection apcir did not build is refused."""
-    location = parse_milvus(target)
-    client = connect(location)
-    try:
-        props = properties(client, location)
-        if props is None:
-            return
-        if MANIFEST_PROPERTY not in props and BUILD_PROPERTY not in props:
-            raise ApcirError(f"Milvus collection {location} was not built by apcir; it is not replaced")
-        _call(location, "dropping the collection", client.drop_collection, location.collection)
-    finally:
-        client.close()
-
-
 def _write(target: str, chunks: Iterable[tuple[list[str], Any]], encoder: Any, work: Path, *,
            sparse: bool) -> dict[str, Any]:
+    """Upsert the chunks into the collection :func:`~apcir.retrieval.milvus_collection.prepare` created, after
+    the chunks already written by an earlier attempt; end by counting one row per passage."""
     location = parse_milvus(target)
     client = connect(location)
     try:
+        identity = building_identity(client, location)
         progress_file = work / PROGRESS
-        done = _progress(progress_file, location)
-        props = properties(client, location)
+        done = _progress(progress_file, identity)
         dimension = None if sparse else int(encoder.dimension)
-        if props is not None and BUILD_PROPERTY not in props:
-            if MANIFEST_PROPERTY not in props:
-                raise ApcirError(f"Milvus collection {location} exists and was not built by apcir; name another "
-                                 "collection")
-            _call(location, "dropping the previous index", client.drop_collection, location.collection)
-            props = None
-        if props is None:
-            done = 0
-            _create(client, location, sparse, dimension)
-        _call(location, "loading the collection", client.load_collection, location.collection)
+        call(location, "loading the collection", client.load_collection, location.collection)
         passages = nonzeros = 0
         for number, (ids, vectors) in enumerate(chunks):
             passages += len(ids)
@@ -208,9 +106,9 @@ def _write(target: str, chunks: Iterable[tuple[list[str], Any]], encoder: Any, w
                     raise ApcirError(f"passage id {pid[:40]!r}... is longer than {MAX_ID_LENGTH} bytes")
             for start in range(0, len(ids), ROWS_PER_REQUEST):
                 rows = _rows(ids[start:start + ROWS_PER_REQUEST], vectors[start:start + ROWS_PER_REQUEST], sparse)
-                _call(location, "writing passages", client.upsert, location.collection, rows)
-            _call(location, "flushing", client.flush, location.collection)
-            write_json(progress_file, {"location": str(location), "chunks": number + 1})
+                call(location, "writing passages", client.upsert, location.collection, rows)
+            call(location, "flushing", client.flush, location.collection)
+            write_json(progress_file, {"collection": identity, "chunks": number + 1})
         stored = _count(client, location)
         if stored != passages:
             raise ApcirError(f"Milvus collection {location} holds {stored} rows for {passages} passages; rebuild it "
@@ -225,32 +123,15 @@ def _write(target: str, chunks: Iterable[tuple[list[str], Any]], encoder: Any, w
     return facts
 
 
-def _progress(path: Path, location: MilvusLocation) -> int:
+def _progress(path: Path, identity: str) -> int:
+    """Chunks already written into this collection (0 when the record is of another collection)."""
     if not path.exists():
         return 0
     try:
         recorded = json.loads(read_text(path, "Milvus build progress"))
-        return int(recorded["chunks"]) if recorded.get("location") == str(location) else 0
+        return int(recorded["chunks"]) if recorded.get("collection") == identity else 0
     except (ValueError, KeyError, TypeError):
         return 0
-
-
-def _create(client: Any, location: MilvusLocation, sparse: bool, dimension: int | None) -> None:
-    from pymilvus import DataType
-
-    schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
-    schema.add_field(ID_FIELD, DataType.VARCHAR, is_primary=True, max_length=MAX_ID_LENGTH)
-    if sparse:
-        schema.add_field(VECTOR_FIELD, DataType.SPARSE_FLOAT_VECTOR)
-    else:
-        schema.add_field(VECTOR_FIELD, DataType.FLOAT_VECTOR, dim=dimension)
-    index = client.prepare_index_params()
-    if sparse:
-        index.add_index(field_name=VECTOR_FIELD, index_type="SPARSE_INVERTED_INDEX", metric_type="IP")
-    else:
-        index.add_index(field_name=VECTOR_FIELD, index_type="FLAT", metric_type="IP")
-    _call(location, "creating the collection", client.create_collection, location.collection, schema=schema,
-          index_params=index, consistency_level="Strong", properties={BUILD_PROPERTY: "1"})
 
 
 def _rows(ids: list[str], vectors: Any, sparse: bool) -> list[dict[str, Any]]:
@@ -266,7 +147,7 @@ def _rows(ids: list[str], vectors: Any, sparse: bool) -> list[dict[str, Any]]:
 
 
 def _count(client: Any, location: MilvusLocation) -> int:
-    result = _call(location, "counting rows", client.query, location.collection, filter="",
+    result = call(location, "counting rows", client.query, location.collection, filter="",
                    output_fields=["count(*)"])
     return int(result[0]["count(*)"])
 
@@ -300,22 +181,23 @@ class MilvusIndex:
         self.encoder = encoder
         self.sparse = sparse
         self.client = connect(location)
-        stored = stored_manifest(self.client, location)
-        if stored is None:
-            raise ApcirError(f"Milvus collection {location} does not exist (was it dropped?); rebuild it with "
-                             "`apcir index build`")
-        mine = (manifest.model, manifest.vocab_size, manifest.dimension, manifest.passages, manifest.collection.sha256)
-        theirs = (stored.model, stored.vocab_size, stored.dimension, stored.passages, stored.collection.sha256)
-        if mine != theirs:
-            raise ApcirError(f"Milvus collection {location} holds another index ({stored.describe()}) than its "
-                             f"local manifest says ({manifest.describe()}); rebuild, or remove {location.folder}")
-        if encoder is not None:
-            size = getattr(encoder, "vocab_size", None) if sparse else getattr(encoder, "dimension", None)
-            want = manifest.vocab_size if sparse else manifest.dimension
-            if size is not None and want is not None and size != want:
-                what = "vocabulary entries" if sparse else "dimensions"
-                raise ApcirError(f"the Milvus index has {want} {what} but {encoder.name} has {size}")
-        _call(location, "loading the collection", self.client.load_collection, location.collection)
+        try:
+            stored = stored_manifest(location, describe(self.client, location))  # only a complete build is searched
+            mine = (manifest.model, manifest.vocab_size, manifest.dimension, manifest.passages, manifest.collection.sha256)
+            theirs = (stored.model, stored.vocab_size, stored.dimension, stored.passages, stored.collection.sha256)
+            if mine != theirs:
+                raise ApcirError(f"Milvus collection {location} holds another index ({stored.describe()}) than its "
+                                 f"local manifest says ({manifest.describe()}); rebuild it, or open it again by its location")
+            if encoder is not None:
+                size = getattr(encoder, "vocab_size", None) if sparse else getattr(encoder, "dimension", None)
+                want = manifest.vocab_size if sparse else manifest.dimension
+                if size is not None and want is not None and size != want:
+                    what = "vocabulary entries" if sparse else "dimensions"
+                    raise ApcirError(f"the Milvus index has {want} {what} but {encoder.name} has {size}")
+            call(location, "loading the collection", self.client.load_collection, location.collection)
+        except BaseException:
+            self.client.close()
+            raise
 
     def close(self) -> None:
         self.client.close()
@@ -352,7 +234,7 @@ class MilvusIndex:
         with progress_bar("searching Milvus", len(asked), enabled=progress and len(asked) > QUERIES_PER_REQUEST) as advance:
             for start in range(0, len(asked), QUERIES_PER_REQUEST):
                 block = asked[start:start + QUERIES_PER_REQUEST]
-                hits = _call(self.location, "searching", self.client.search, self.location.collection,
+                hits = call(self.location, "searching", self.client.search, self.location.collection,
                              data=[data[i] for i in block], anns_field=VECTOR_FIELD, limit=k,
                              search_params=SPARSE_SEARCH if self.sparse else DENSE_SEARCH, output_fields=[ID_FIELD])
                 for i, found in zip(block, hits):
@@ -374,7 +256,7 @@ class SparseMilvusIndex(MilvusIndex):
 
     def passage_vectors(self, ids: list[str]) -> sp.csr_matrix:
         """The stored SPLADE vectors of passages ``ids``."""
-        rows = _call(self.location, "reading vectors", self.client.get, self.location.collection, ids=ids,
+        rows = call(self.location, "reading vectors", self.client.get, self.location.collection, ids=ids,
                      output_fields=[VECTOR_FIELD])
         found = {row[ID_FIELD]: row[VECTOR_FIELD] for row in rows}
         missing = [pid for pid in ids if pid not in found]

@@ -120,8 +120,10 @@ class BackendSpec:
     remote: str | None = None
     """The module of a backend whose index lives in a database named by a location (``milvus:...``, see
     :mod:`apcir.retrieval.location`) rather than in a directory: its ``build`` takes ``target=`` (the location),
-    and the module has ``publish(target, manifest)`` (mark the build complete) and ``drop(target)``
-    (``--overwrite``)."""
+    and the module has ``prepare(target, backend, *, dimension, overwrite) -> folder`` (check what the server can
+    do and create the collection before any work; the index's local companion folder), ``locate(target) ->
+    folder`` (the folder of a complete index, restored from the database where this machine has none) and
+    ``publish(target, manifest)`` (mark the build complete)."""
 
     def text_store(self, index_dir: Any) -> Any:
         """The passage texts the index keeps (None: it keeps none)."""
@@ -134,11 +136,11 @@ class BackendSpec:
         module, _, function = getattr(self, which).partition(":")
         return getattr(importlib.import_module(module), function)(*args, **kwargs)
 
-    def call_remote(self, function: Literal["publish", "drop"], *args: Any) -> Any:
-        """Call a remote backend's ``publish`` or ``drop`` (nothing for a directory backend)."""
+    def call_remote(self, function: Literal["prepare", "locate", "publish"], *args: Any, **kwargs: Any) -> Any:
+        """Call a remote backend's ``prepare``, ``locate`` or ``publish`` (nothing for a directory backend)."""
         if self.remote is None:
             return None
-        return getattr(importlib.import_module(self.remote), function)(*args)
+        return getattr(importlib.import_module(self.remote), function)(*args, **kwargs)
 
 
 BACKENDS: Registry[BackendSpec] = Registry("retrieval backend", "apcir.backends")
@@ -170,11 +172,12 @@ BACKENDS.add(BackendSpec(
     "milvus", "SPLADE in Milvus (SPARSE_INVERTED_INDEX, exact): embedded Milvus Lite (index = milvus:PATH.db) or "
     "a server or cluster (milvus://HOST:PORT/COLLECTION)",
     "splade", build="apcir.retrieval.milvus:write_sparse", open="apcir.retrieval.milvus:open_sparse",
-    needs="pymilvus, and milvus-lite for a local .db (the milvus extra)", remote="apcir.retrieval.milvus"))
+    needs="pymilvus, and milvus-lite for a local .db (the milvus extra); a server: Milvus 2.4 or later",
+    remote="apcir.retrieval.milvus_collection"))
 BACKENDS.add(BackendSpec(
     "milvus-dense", "bi-encoder embeddings in Milvus (FLAT index, exact inner product), Lite or a cluster as `milvus`",
     "dense", build="apcir.retrieval.milvus:write_dense", open="apcir.retrieval.milvus:open_dense",
-    needs="pymilvus (+ milvus-lite)", remote="apcir.retrieval.milvus"))
+    needs="pymilvus (+ milvus-lite); a server: Milvus 2.3 or later", remote="apcir.retrieval.milvus_collection"))
 
 
 def encoder_backends() -> tuple[str, ...]:

@@ -53,8 +53,10 @@ def ensure_index(settings: RetrievalSettings, *, progress: bool = True) -> tuple
 
 
 def open_backend(settings: RetrievalSettings, index_dir: Path) -> Backend:
-    """The index opened with the configured backend and, if it has one, encoder."""
-    return open_index(index_dir, settings.encoder if settings.uses_encoder else None, backend=settings.backend,
+    """The index opened with the configured backend and, if it has one, encoder (a Milvus index through the
+    configured location, which may be another address than the one it was built through)."""
+    where: str | Path = settings.index if is_milvus(settings.index) else index_dir
+    return open_index(where, settings.encoder if settings.uses_encoder else None, backend=settings.backend,
                       batch_size=settings.batch_size)
 
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from same_run import assert_same_run
 
 pytest.importorskip("pymilvus")
 pytest.importorskip("milvus_lite")
@@ -22,8 +23,6 @@ from apcir.contract.runs import load_run
 from apcir.retrieval import build_index
 from apcir.retrieval.location import parse_milvus
 from apcir.retrieval.milvus import PROGRESS, connect
-
-REL_TOLERANCE = 1e-6  # float32 sums in another order: the last bits of a score
 
 
 @pytest.fixture(scope="module")
@@ -37,24 +36,6 @@ def _queries(path: Path) -> Path:
     turns = [t for t in datasets.topics("ikat23-test") if t.manual_rewrite]
     path.write_text("".join(f"{t.turn_id}\t{t.manual_rewrite}\n" for t in turns))
     return path
-
-
-def assert_same_run(milvus: dict, embedded: dict) -> int:
-    """Same turns, same passages at every depth; scores equal up to float32 rounding; the order differs only
-    between passages whose scores are equal up to that rounding. Returns the number of turns ordered differently."""
-    assert milvus.keys() == embedded.keys()
-    reordered = 0
-    for turn, hits in embedded.items():
-        theirs = milvus[turn]
-        assert set(theirs) == set(hits), turn
-        for pid, score in hits.items():
-            assert abs(theirs[pid] - score) <= REL_TOLERANCE * abs(score), (turn, pid)
-        if list(theirs) != list(hits):
-            reordered += 1
-            for a, b in zip(theirs, hits):
-                if a != b:  # a swap: both scores equal up to rounding
-                    assert abs(hits[a] - hits[b]) <= 2 * REL_TOLERANCE * abs(hits[b]), (turn, a, b)
-    return reordered
 
 
 def test_milvus_build_then_retrieve_equals_the_embedded_engine_on_the_demo(tmp_path, embedded, run_cli):
@@ -226,3 +207,19 @@ def test_precomputed_vectors_build_a_milvus_index_searched_like_the_embedded_one
     # integer weights tie a lot: at k=10 the cut falls inside a tie, and which tied passages Milvus returns is its
     # own choice; the scores are the same
     assert list(runs["milvus", 10].values()) == list(runs["embedded", 10].values())
+
+
+def test_server_versions_are_read_and_a_build_s_state_is_the_collection_s():
+    from apcir.retrieval.milvus_client import version_number
+    from apcir.retrieval.milvus_collection import requirement, state
+
+    assert version_number("v2.3.5-lite") == (2, 3, 5) and version_number("v2.4.0-rc.1") == (2, 4, 0)
+    assert version_number("Zilliz Cloud Vector Database(Compatible with Milvus 2.5)") == (2, 5, 0)
+    assert version_number("milvus_lite-3.2.2") is None and version_number("unknown") is None  # Lite: probed
+    assert requirement("milvus").minimum == (2, 4) and requirement("milvus-dense").minimum == (2, 3)
+    assert state(None) == "absent" and state({"properties": {}}) == "foreign"
+    assert state({"properties": {"apcir.build": "building"}}) == "building"
+    assert state({"properties": {"apcir.build": "complete", "apcir.manifest": "{}"}}) == "complete"
+    # what earlier apcir versions left: a manifest alone is complete; the mark of a running build is not
+    assert state({"properties": {"apcir.manifest": "{}"}}) == "complete"
+    assert state({"properties": {"apcir.build": "1", "apcir.manifest": "{}"}}) == "building"
