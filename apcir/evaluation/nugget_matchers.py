@@ -1,4 +1,4 @@
-"""Matchers: does a response cover a nugget? One registry (:data:`MATCHERS`), three matchers.
+"""Matchers: does a response cover a nugget? One registry (:data:`MATCHERS`), four matchers.
 
 - ``lexical``: the share of the nugget's content words (lower-cased, Porter-stemmed, stop words out) that
   occur in the response; covered at or above τ. No model; the baseline the others must beat.
@@ -10,10 +10,12 @@
   answered with the numbers it covers. Through apcir's LLM client: cached, concurrent, accounted; an answer
   that is not the JSON asked for gets one repair request, and a nugget still undecided leaves its turn
   unscored (counted, never scored 0).
+- ``learned``: a logistic regression over the signals above and a few more, trained on a user's human labels
+  (``apcir nuggets train``; :mod:`apcir.evaluation.nugget_learned`); covered at a probability >= τ.
 
-τ for the thresholded matchers should be chosen on labelled data (``apcir nuggets agreement`` chooses it by
-cross-validation, maximising Cohen's κ); the defaults in :data:`MATCHERS` are starting points, not
-calibrated against human labels (see docs/guide/responses.md).
+The default matcher (:data:`DEFAULT_MATCHER`) is the one that agreed best with people among those that need no
+training, and the default τ of each thresholded matcher is the one cross-validation chose, both measured on the
+iKAT 2024 human study (1,086 labels; docs/guide/responses.md has the table and the command).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class MatcherSettings(BaseModel):
     encoder: str = Field("minilm", description="embedding: the bi-encoder (minilm, a path or a hub id)")
     model: str | None = Field(None, description="llm: the model (gpt-4o, smollm2, ...)")
     batched: bool = Field(True, description="llm: one request per turn and response (False: one per nugget)")
+    learned_model: str | None = Field(None, description="learned: the model file apcir nuggets train wrote")
     llm: LLMSettings = Field(default_factory=LLMSettings)
 
 
@@ -64,12 +67,16 @@ class MatcherSpec:
     default_tau: float | None
     cost: str
     build: Callable[[MatcherSettings], Matcher]
+    tau_of: Callable[[MatcherSettings], float] | None = None
+    """Where the default τ comes from when it is not fixed (the learned matcher's: its model file)."""
 
     def tau(self, settings: MatcherSettings) -> float:
         """The threshold in use (1 for the llm matcher, whose scores are 0 or 1)."""
         if not self.thresholded:
             return 1.0
-        return settings.tau if settings.tau is not None else float(self.default_tau or 0.0)
+        if settings.tau is not None:
+            return settings.tau
+        return self.tau_of(settings) if self.tau_of is not None else float(self.default_tau or 0.0)
 
 
 # ---- lexical -------------------------------------------------------------------------------------------------
@@ -253,6 +260,26 @@ def _llm(settings: MatcherSettings) -> Matcher:
     return LLMMatcher(settings.model, settings.llm, settings.batched)
 
 
+def _learned_model(settings: MatcherSettings) -> Any:
+    from apcir.errors import ApcirError
+    from apcir.evaluation.nugget_learned import load_model
+
+    if not settings.learned_model:
+        raise ApcirError("the learned matcher needs a model: apcir nuggets train --labels ... -o model.json, then "
+                         "--learned-model model.json (apcir nuggets agreement measures it without one, by nested "
+                         "cross-validation)")
+    return load_model(settings.learned_model)
+
+
+def _learned(settings: MatcherSettings) -> Matcher:
+    from apcir.evaluation.nugget_learned import LearnedMatcher
+
+    return LearnedMatcher(_learned_model(settings))
+
+
+# The defaults below were measured against the 1,086 human labels of the iKAT 2024 human study (CONE-RAG), 5-fold
+# cross-validation over its 25 turns: benchmarks/nugget_agreement.py prints them; docs/guide/responses.md has the
+# table. τ = the median of the τs chosen on the training folds of 10 random splits.
 MATCHERS: Registry[MatcherSpec] = Registry("nugget matcher")
 MATCHERS.add(MatcherSpec("lexical", "lexical overlap", "share of the nugget's content words in the response",
                          True, 0.5, "free: no model", lambda s: LexicalMatcher()))
@@ -262,3 +289,13 @@ MATCHERS.add(MatcherSpec("embedding", "embedding similarity",
                          lambda s: EmbeddingMatcher(s.encoder)))
 MATCHERS.add(MatcherSpec("llm", "LLM yes/no", "an LLM says whether the response contains the nugget", False, None,
                          "one request per turn and response (batched) or per nugget; cached", _llm))
+MATCHERS.add(MatcherSpec("learned", "learned from human labels",
+                         "logistic regression over lexical, IDF and embedding signals, trained on your labels "
+                         "(apcir nuggets train)", True, None,
+                         "offline: the embedding matcher's pass, plus a model file you train", _learned,
+                         tau_of=lambda s: float(_learned_model(s).tau)))
+
+DEFAULT_MATCHER = "lexical"
+"""The matcher that agreed best with people among those that need no training (see the module doc)."""
+TRAINED = frozenset({"learned"})
+"""Matchers that need a model trained on a user's labels."""
