@@ -32,22 +32,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--resources", type=Path, required=True, help="CONE-RAG's resources folder (your copy)")
     parser.add_argument("--aliases", action="store_true", help="print the evidence for the alias table")
+    parser.add_argument("--no-agreement", action="store_true", help="skip the agreement table (section 2)")
+    parser.add_argument("--no-leaderboards", action="store_true", help="skip the leaderboards (section 3)")
     parser.add_argument("--splits", type=int, default=10, help="random fold splits for the spread of κ")
     parser.add_argument("--encoder", default="minilm", help="bi-encoder of the embedding signal")
     args = parser.parse_args()
 
     from rich.console import Console
-    from rich.table import Table
-    from scipy.stats import kendalltau
 
-    from apcir.evaluation import nugget_cv
-    from apcir.evaluation.nugget_agreement import agreement
     from apcir.evaluation.nugget_features import FEATURES, pair_features
     from apcir.evaluation.nugget_labels import load_labels
-    from apcir.evaluation.nugget_learned import choose_settings, fit_logistic, nested_cv
-    from apcir.evaluation.nugget_matchers import MATCHERS, MatcherSettings
-    from apcir.evaluation.nugget_scores import run_scores
-    from apcir.evaluation.nuggets import NuggetSet, load_nuggets, load_response_runs
+    from apcir.evaluation.nuggets import load_nuggets, load_response_runs
 
     console = Console()
     human_dir, runs_dir = args.resources / "human_resources", args.resources / "participant_resources"
@@ -69,7 +64,19 @@ def main() -> None:
         _alias_evidence(console, rows, names, human, {"lexical": [overlap], "embedding": [cosine],
                                                       "lexical + embedding": [overlap, cosine]}, signals)
 
-    # 2. the agreement table
+    if not args.no_agreement:
+        _agreement_table(console, gold, runs, human, args)
+    if args.no_leaderboards:
+        return
+    _leaderboards(console, gold, dedup, runs, human, index, args)
+
+
+def _agreement_table(console, gold, runs, human, args) -> None:  # type: ignore[no-untyped-def]
+    from rich.table import Table
+
+    from apcir.evaluation.nugget_agreement import agreement
+    from apcir.evaluation.nugget_matchers import MatcherSettings
+
     table = Table(title=f"matchers against {len(human.rows)} human labels (5-fold CV over turns, out-of-fold; "
                         f"κ spread over {args.splits} splits)")
     for column in ("matcher", "Cohen's κ [95%]", "κ over splits (min-median-max)", "accuracy", "precision",
@@ -91,6 +98,20 @@ def main() -> None:
             console.print(f"  {matcher}: {alt.alias} read as {alt.run}: κ {_fig(alt.kappa)}")
     console.print(f"unmapped: {reports['lexical'].unmapped}")
 
+
+def _leaderboards(console, gold, dedup, runs, human, index, args) -> None:  # type: ignore[no-untyped-def]
+    from rich.table import Table
+    from scipy.stats import kendalltau
+
+    from apcir.evaluation import nugget_cv
+    from apcir.evaluation.nugget_features import FEATURES, pair_features
+    from apcir.evaluation.nugget_learned import choose_settings, fit_logistic, nested_cv
+    from apcir.evaluation.nugget_matchers import MATCHERS
+    from apcir.evaluation.nugget_scores import run_scores
+    from apcir.evaluation.nuggets import NuggetSet
+
+    names = sorted(runs)
+    overlap, cosine = FEATURES.index("overlap"), FEATURES.index("cosine")
     # the labelled pairs' signals (primary mapping): default τ and the people-vs-matcher orderings
     resolved, _ = human.resolved()
     kept = [lab for lab in resolved if (lab[0], lab[2]) in index and lab[0] in runs.get(lab[1], {})]

@@ -57,7 +57,6 @@ class Alternative(BaseModel):
     run: str
     used: int
     kappa: Figure
-    spread: Spread | None = None
 
 
 class AgreementReport(BaseModel):
@@ -209,8 +208,7 @@ def agreement(nuggets: NuggetSet, runs: Mapping[str, Mapping[str, str]], labels:
                 alt_rows, _ = rows_of(kept)
                 alt_decisions = decide(alt_rows, seed)[0]
                 alternatives.append(Alternative(alias=alias, run=run, used=len(alt_rows.keys),
-                                                kappa=_bootstrap(alt_rows, alt_decisions, resamples, seed)[1],
-                                                spread=spread_of(alt_rows)))
+                                                kappa=_bootstrap(alt_rows, alt_decisions, resamples, seed)[1]))
     return AgreementReport(
         matcher=info, labels=len(human.rows), used=len(rows.keys), turns=len(set(rows.turns)), unmapped=unmapped,
         layout=human.layout, mapping={a: list(r) for a, r in human.mapping().items()},
