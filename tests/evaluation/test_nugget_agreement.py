@@ -230,3 +230,11 @@ def test_the_default_matcher_needs_no_training_and_is_the_default_everywhere():
     assert DEFAULT_MATCHER in MATCHERS and DEFAULT_MATCHER not in TRAINED
     assert EvaluationSettings.model_fields["nugget_matcher"].default == DEFAULT_MATCHER
     assert set(CONE_RAG_ALIASES) == {"iires-1", "infos-2", "ksu-1", "nii-1", "rali-3", "uva-3"}
+
+
+def test_train_refuses_to_write_over_its_labels(published, run_cli):
+    labels, gold, responses = published
+    before = labels.read_text()
+    code, out, err = run_cli("nuggets", "train", "--labels", str(labels), "--nuggets", str(gold), "--responses",
+                             str(responses), "-o", str(labels))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and labels.read_text() == before
