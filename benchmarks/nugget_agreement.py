@@ -9,7 +9,7 @@ no licence file: apcir bundles none of it; give the path of your copy's ``resour
    stays first when turns are resampled (bootstrap).
 2. The agreement table: κ, accuracy, precision and recall (out-of-fold, 95% intervals over turns) of lexical,
    embedding and learned (nested cross-validation), the spread of κ over ``--splits`` fold splits, and the τ
-   each thresholded matcher's CV chooses (median over the splits: the defaults in nugget_matchers.MATCHERS).
+   each thresholded matcher's CV chooses (median over the splits: the defaults in nugget_registry.MATCHERS).
 3. The 19 runs ranked by nugget recall (``gold_nuggets_human_deduplicated.json``) under each matcher, on the 25
    labelled turns and on all 79 turns with responses; Kendall's τ between the matchers' orderings; and, on the 6
    labelled runs, each matcher's ordering against people's (share of labelled nuggets covered).
@@ -106,7 +106,7 @@ def _leaderboards(console, gold, dedup, runs, human, index, args) -> None:  # ty
     from apcir.evaluation import nugget_cv
     from apcir.evaluation.nugget_features import FEATURES, pair_features
     from apcir.evaluation.nugget_learned import choose_settings, fit_logistic, nested_cv
-    from apcir.evaluation.nugget_matchers import MATCHERS
+    from apcir.evaluation.nugget_registry import MATCHERS
     from apcir.evaluation.nugget_scores import run_scores
     from apcir.evaluation.nuggets import NuggetSet
 

@@ -13,7 +13,8 @@ from apcir.cli.common import console, err_console, llm_options, llm_values, mean
 from apcir.contract.responses import load_responses
 from apcir.contract.runs import read_run_file
 from apcir.errors import ApcirError
-from apcir.evaluation.nugget_matchers import DEFAULT_MATCHER, MATCHERS, MatcherSettings
+from apcir.evaluation.nugget_matchers import MatcherSettings
+from apcir.evaluation.nugget_registry import DEFAULT_MATCHER, MATCHERS
 from apcir.evaluation.responses import ResponseMetrics, evaluate_responses
 from apcir.evaluation.settings import JudgeSettings
 from apcir.evaluation.stage import compare_runs

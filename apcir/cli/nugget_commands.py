@@ -12,7 +12,7 @@ from rich.table import Table
 from apcir.cli.common import console, llm_options, print_json
 from apcir.cli.eval_commands import matcher_settings
 from apcir.errors import ApcirError
-from apcir.evaluation.nugget_matchers import MATCHERS
+from apcir.evaluation.nugget_registry import MATCHERS
 from apcir.io import check_writable, refuse_inputs_as_outputs, write_text
 
 nuggets_app = typer.Typer(help="Gold nuggets: list them, and check a matcher against human labels.",

@@ -27,7 +27,8 @@ from apcir.errors import ApcirError
 from apcir.evaluation import nugget_cv
 from apcir.evaluation.nugget_cv import best_tau, cohen_kappa, kappa_of
 from apcir.evaluation.nugget_labels import HumanLabels, Label, LabelRow, load_labels
-from apcir.evaluation.nugget_matchers import MATCHERS, MatcherSettings
+from apcir.evaluation.nugget_matchers import MatcherSettings
+from apcir.evaluation.nugget_registry import MATCHERS
 from apcir.evaluation.nugget_scores import MatcherInfo, match
 from apcir.evaluation.nuggets import Nugget, NuggetSet
 

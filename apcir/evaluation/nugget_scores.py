@@ -18,7 +18,8 @@ from collections.abc import Mapping, Sequence
 from pydantic import BaseModel, Field
 
 from apcir.errors import ApcirError
-from apcir.evaluation.nugget_matchers import DEFAULT_MATCHER, MATCHERS, LLMMatcher, MatcherSettings, Pair
+from apcir.evaluation.nugget_matchers import LLMMatcher, MatcherSettings, Pair
+from apcir.evaluation.nugget_registry import DEFAULT_MATCHER, MATCHERS
 from apcir.evaluation.nuggets import NuggetSet, check_runs_against
 from apcir.metrics.significance import Comparison, SignificanceSettings, compare_with
 

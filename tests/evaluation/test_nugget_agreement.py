@@ -15,7 +15,7 @@ from apcir.evaluation.nugget_agreement import agreement
 from apcir.evaluation.nugget_cv import best_tau, cohen_kappa, kappa_of
 from apcir.evaluation.nugget_labels import CONE_RAG_ALIASES, load_labels, parse_aliases
 from apcir.evaluation.nugget_learned import fit_logistic, load_model, nested_cv
-from apcir.evaluation.nugget_matchers import DEFAULT_MATCHER, MATCHERS, TRAINED
+from apcir.evaluation.nugget_registry import DEFAULT_MATCHER, MATCHERS, TRAINED
 from apcir.evaluation.nuggets import load_nuggets, load_response_runs
 
 FUSION, NONP = "RALI_gpt4o_fusion_rerank", "RALI_gpt4o_nonp_fusion_rerank"
