@@ -662,11 +662,12 @@ def respond(turns: PathLike | Sequence[Turn], reformulations: Mapping[str, Refor
 
 
 def nugget_recall(responses: PathLike | Sequence[PathLike], nuggets: PathLike, topics: PathLike,
-                  matcher: str = "embedding", *, baseline: str | None = None, compare_matcher: str | None = None,
+                  matcher: str = "lexical", *, baseline: str | None = None, compare_matcher: str | None = None,
                   **settings: Any) -> Any:
     """Nugget recall of one or many runs' responses, as ``apcir evaluate-responses --nuggets`` computes it:
     ``responses`` are files (apcir's JSONL, iKAT 2024 or 2025 forms) or ``ikat25-runs``; ``nuggets`` a set name
-    (``ikat25-test``) or file; ``settings`` the matcher's (``tau``, ``encoder``, ``model``, ``batched``)."""
+    (``ikat25-test``) or file; ``settings`` the matcher's (``tau``, ``encoder``, ``model``, ``batched``,
+    ``learned_model``). The default matcher is apcir's (``DEFAULT_MATCHER``: the one that agreed best with people)."""
     from apcir import datasets
     from apcir.evaluation.nugget_matchers import MatcherSettings
     from apcir.evaluation.nugget_scores import score_runs

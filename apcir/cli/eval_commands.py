@@ -14,7 +14,8 @@ from apcir.cli.common import checked, console, err_console, llm_options, llm_val
 from apcir.contract.responses import load_responses
 from apcir.contract.runs import read_run_file
 from apcir.errors import ApcirError
-from apcir.evaluation.nugget_matchers import MATCHERS, MatcherSettings
+from apcir.evaluation.nugget_matchers import MatcherSettings
+from apcir.evaluation.nugget_registry import DEFAULT_MATCHER, MATCHERS
 from apcir.evaluation.responses import ResponseMetrics, evaluate_responses
 from apcir.evaluation.settings import JudgeSettings
 from apcir.evaluation.stage import compare_runs
@@ -180,9 +181,13 @@ def evaluate_responses_command(
     judge: str | None = typer.Option(None, "--judge", help="LLM judge model (gpt-4o, ...); default: no judge."),
     nuggets: str | None = typer.Option(None, "--nuggets", help="Gold nuggets (ikat25-test, or a file): nugget recall "
                                                               "of every run, a leaderboard."),
-    matcher: str = typer.Option("embedding", "--matcher", help="Nugget matcher: " + ", ".join(MATCHERS.names())),
-    tau: float | None = typer.Option(None, "--tau", min=0, help="Threshold of the lexical and embedding matchers."),
+    matcher: str = typer.Option(DEFAULT_MATCHER, "--matcher", help="Nugget matcher: " + ", ".join(MATCHERS.names())
+                                + " (default: the one that agreed best with people among those needing no training)."),
+    tau: float | None = typer.Option(None, "--tau", min=0, help="Threshold of the lexical, embedding and learned "
+                                                               "matchers."),
     encoder: str = typer.Option("minilm", "--encoder", help="Embedding matcher's bi-encoder (minilm, path, hub id)."),
+    learned_model: Path | None = typer.Option(None, "--learned-model", help="learned matcher: the model file apcir "
+                                                                           "nuggets train wrote."),
     matcher_model: str | None = typer.Option(None, "--matcher-model", help="The llm matcher's model."),
     per_nugget: bool = typer.Option(False, "--per-nugget", help="llm matcher: one request per nugget (default: "
                                                                 "one per turn and response, the nuggets numbered)."),
@@ -200,11 +205,11 @@ def evaluate_responses_command(
     given = llm or {}
     if out is not None:
         check_writable(out, "response metrics")
-        refuse_inputs_as_outputs([out], [*(run_name_and_path(r)[1] for r in responses), topics, qrels, levels, nuggets, given.get("prices"),
-                                        given.get("cache_dir")])
+        refuse_inputs_as_outputs([out], [*(run_name_and_path(r)[1] for r in responses), topics, qrels, levels,
+                                        nuggets, learned_model, given.get("prices"), given.get("cache_dir")])
     if nuggets is not None:
         _nugget_leaderboard(responses, topics, nuggets, matcher, tau, encoder, matcher_model, per_nugget, baseline,
-                            compare_matcher, levels, out, as_json, given)
+                            compare_matcher, levels, out, as_json, given, learned_model)
         return
     if len(responses) != 1:
         raise ApcirError(f"give one responses file (got {len(responses)}); several runs need --nuggets")
@@ -237,18 +242,19 @@ def evaluate_responses_command(
 
 
 def matcher_settings(tau: float | None, encoder: str, model: str | None, per_nugget: bool,
-                     given: dict[str, Any]) -> MatcherSettings:
+                     given: dict[str, Any], learned_model: Path | None = None) -> MatcherSettings:
     """The matcher's settings from the command's options (the LLM ones as the judge's)."""
     from apcir.llm.settings import LLMSettings
 
     return MatcherSettings(tau=tau, encoder=encoder, model=model, batched=not per_nugget,
+                           learned_model=str(learned_model) if learned_model is not None else None,
                            llm=settings(LLMSettings, **llm_values(given)))
 
 
 def _nugget_leaderboard(responses: list[str], topics: str, nuggets: str, matcher: str, tau: float | None,
                         encoder: str, model: str | None, per_nugget: bool, baseline: str | None,
                         compare_matcher: str | None, levels: Path | None, out: Path | None, as_json: bool,
-                        given: dict[str, Any]) -> None:
+                        given: dict[str, Any], learned_model: Path | None = None) -> None:
     from apcir.evaluation.nugget_scores import score_runs
     from apcir.evaluation.nuggets import load_nuggets, load_response_runs
     from apcir.retrieval.settings import check_encoder
@@ -258,7 +264,7 @@ def _nugget_leaderboard(responses: list[str], topics: str, nuggets: str, matcher
     checked("--encoder", check_encoder, encoder)
     gold = load_nuggets(nuggets, {t.turn_id for t in datasets.topics(topics)})
     runs = load_response_runs(responses)
-    report = score_runs(gold, runs, matcher, matcher_settings(tau, encoder, model, per_nugget, given),
+    report = score_runs(gold, runs, matcher, matcher_settings(tau, encoder, model, per_nugget, given, learned_model),
                         baseline=baseline, compare_matcher=compare_matcher,
                         levels=datasets.levels(levels) if levels else None)
     if out is not None:

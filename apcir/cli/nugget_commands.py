@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ from rich.table import Table
 from apcir.cli.common import console, llm_options, print_json
 from apcir.cli.eval_commands import matcher_settings
 from apcir.errors import ApcirError
-from apcir.evaluation.nugget_matchers import MATCHERS
+from apcir.evaluation.nugget_registry import MATCHERS
 from apcir.io import check_writable, refuse_inputs_as_outputs, write_text
 
 nuggets_app = typer.Typer(help="Gold nuggets: list them, and check a matcher against human labels.",
@@ -52,53 +53,162 @@ def show_command(
                   f"{max(counts.values())} per turn)", highlight=False)
 
 
+LABELS_HELP = ("Human labels: apcir's JSONL {turn_id, run, nugget_id, label} or TSV, or the iKAT 2024 human study's "
+               "human-study-matching-labels.txt as published (detected).")
+FORMAT_HELP = "The labels' layout: auto (detected), apcir, or cone-rag (HIT_TOPIC_TURN_NUGGET_ALIAS<TAB>LABEL)."
+ALIAS_HELP = ("cone-rag layout: map a run alias to a run of the responses, ALIAS=RUN (repeatable; overrides the "
+              "built-in table; the same alias twice: two candidates, both measured).")
+
+
 @nuggets_app.command("agreement")
 @llm_options("llm matcher: ", exclude=("temperature", "max_tokens"))
 def agreement_command(
-    labels: Path = typer.Option(..., "--labels", help="Human labels: JSONL {turn_id, run, nugget_id, label} or TSV."),
-    nuggets: str = typer.Option(..., "--nuggets", help="The nuggets the labels' ids refer to (name or file)."),
+    labels: Path = typer.Option(..., "--labels", help=LABELS_HELP),
+    nuggets: str = typer.Option(..., "--nuggets", help="The nuggets the labels' ids refer to (name or file; for the "
+                                                       "human study, gold_nuggets_human.json)."),
     responses: list[str] = typer.Option(..., "--responses", help="The labelled runs' responses (repeatable)."),
-    matcher: str = typer.Option("embedding", "--matcher", help="Matcher: " + ", ".join(MATCHERS.names())),
+    matchers: list[str] | None = typer.Option(
+        None, "--matcher", help="Matcher(s) to measure, repeatable: " + ", ".join(MATCHERS.names())
+                                + " (default: lexical, embedding and learned, and llm when --matcher-model is given)."),
+    labels_format: str = typer.Option("auto", "--labels-format", help=FORMAT_HELP),
+    alias: list[str] | None = typer.Option(None, "--alias", help=ALIAS_HELP),
     tau: float | None = typer.Option(None, "--tau", min=0, help="A fixed τ (default: chosen by cross-validation)."),
-    encoder: str = typer.Option("minilm", "--encoder", help="Embedding matcher's bi-encoder."),
+    encoder: str = typer.Option("minilm", "--encoder", help="Embedding matcher's bi-encoder (and learned's)."),
+    learned_model: Path | None = typer.Option(None, "--learned-model", help="learned: a model apcir nuggets train "
+                                              "wrote (default: measured by nested cross-validation on these labels)."),
     matcher_model: str | None = typer.Option(None, "--matcher-model", help="The llm matcher's model."),
     per_nugget: bool = typer.Option(False, "--per-nugget", help="llm matcher: one request per nugget."),
-    folds: int = typer.Option(5, "--folds", min=2, help="Folds (over turns) that choose τ."),
+    folds: int = typer.Option(5, "--folds", min=2, help="Folds (over turns) that choose τ (and learned's model)."),
+    splits: int = typer.Option(10, "--splits", min=0, help="Random fold splits the spread of κ is measured over "
+                                                          "(0: none)."),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of the folds and the bootstrap."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write the figures as JSON here."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     llm: dict[str, Any] | None = None,
 ) -> None:
-    """A matcher's covered/not-covered decisions against human labels: accuracy, Cohen's κ, precision and recall
-    of "covered", with bootstrap 95% intervals; τ chosen out-of-fold."""
-    from apcir.evaluation.nugget_agreement import agreement, load_labels
+    """Matchers' covered/not-covered decisions against human labels, in one table: Cohen's κ, accuracy, precision
+    and recall of "covered", with bootstrap 95% intervals over turns and the spread of κ over random fold splits;
+    every figure out-of-fold."""
+    from apcir.evaluation.nugget_agreement import agreement
+    from apcir.evaluation.nugget_labels import load_labels, parse_aliases
     from apcir.evaluation.nuggets import load_nuggets, load_response_runs
 
-    MATCHERS.check(matcher)  # an unknown name: one line with the closest matchers
+    chosen = list(matchers or [m for m in MATCHERS.names() if m != "llm" or matcher_model])
+    for name in chosen:
+        MATCHERS.check(name)  # an unknown name: one line with the closest matchers
     if out is not None:
         check_writable(out, "agreement figures")
-        refuse_inputs_as_outputs([out], [labels, nuggets, *responses])
-    report = agreement(load_nuggets(nuggets), load_response_runs(responses), load_labels(labels), matcher,
-                       matcher_settings(tau, encoder, matcher_model, per_nugget, llm or {}), folds=folds, seed=seed)
+        refuse_inputs_as_outputs([out], [labels, nuggets, *responses, learned_model])
+    human = load_labels(labels, labels_format, parse_aliases(alias or []))
+    gold, runs = load_nuggets(nuggets), load_response_runs(responses)
+    settings = matcher_settings(tau, encoder, matcher_model, per_nugget, llm or {}, learned_model)
+    reports = [agreement(gold, runs, human, name, settings, folds=folds, seed=seed, splits=splits)
+               for name in chosen]
     if out is not None:
-        write_text(out, report.model_dump_json(indent=1))
+        write_text(out, json.dumps([r.model_dump(mode="json") for r in reports], indent=1, ensure_ascii=False))
     if as_json:
-        print_json(report.model_dump(mode="json"))
+        print_json([r.model_dump(mode="json") for r in reports])
         return
-    how = (f"τ by {report.folds}-fold cross-validation over turns (out-of-fold; τ per fold: "
-           f"{', '.join(f'{t:.3f}' for t in report.taus)})" if report.folds
-           else f"τ = {report.matcher.tau:g}" if MATCHERS.get(matcher).thresholded else str(report.matcher.model))
-    table = Table(title=f"{matcher} against {report.used} human labels ({100 * report.positives:.0f}% covered); {how}")
-    for column in ("figure", "value", "95% interval"):
-        table.add_column(column, justify="left" if column == "figure" else "right")
-    for name in ("accuracy", "kappa", "precision", "recall"):
-        figure = getattr(report, name)
-        label = {"kappa": "Cohen's κ", "precision": "precision of covered", "recall": "recall of covered"}.get(
-            name, name)
-        table.add_row(label, f"{figure.value:.3f}", f"{figure.low:.3f} to {figure.high:.3f}")
+    first = reports[0]
+    table = Table(title=f"matchers against {first.used} human labels on {first.turns} turns "
+                        f"({100 * first.positives:.0f}% covered); out-of-fold, 95% bootstrap intervals over turns")
+    for column in ("matcher", "Cohen's κ", f"κ over {splits} splits", "accuracy", "precision", "recall", "τ"):
+        table.add_column(column, justify="left" if column == "matcher" else "right")
+    for report in reports:
+        table.add_row(_matcher_label(report), _figure(report.kappa),
+                      f"{report.spread.low:.3f} to {report.spread.high:.3f}" if report.spread else "-",
+                      _figure(report.accuracy), _figure(report.precision), _figure(report.recall), _tau(report))
     console.print(table)
-    for why, count in report.unmapped.items():
-        console.print(f"note: {count} label(s) not used: {why}", highlight=False)
+    if first.mapping:
+        console.print("run aliases (" + str(labels.name) + "): " + "; ".join(
+            f"{a} = {' or '.join(r)}" for a, r in first.mapping.items()), highlight=False)
+    for report in reports:
+        for alt in report.alternatives:
+            console.print(f"{report.matcher.name}: {alt.alias} read as {alt.run}: κ {_figure(alt.kappa)} "
+                          f"({alt.used} labels)", highlight=False)
+    for report in reports:
+        if report.used != first.used:
+            console.print(f"note: {report.matcher.name} used {report.used} labels", highlight=False)
+    for why, count in first.unmapped.items():
+        console.print(f"note: {count} label(s) not used: {why}", highlight=False, markup=False)
+
+
+def _figure(figure: Any) -> str:
+    return f"{figure.value:.3f} [{figure.low:.3f}, {figure.high:.3f}]"
+
+
+def _matcher_label(report: Any) -> str:
+    info = report.matcher
+    if info.name == "llm":
+        return f"llm ({info.model}, {'batched' if info.batched else 'per nugget'})"
+    if info.name == "embedding":
+        return "embedding"
+    if info.name == "learned" and report.lambdas:
+        return "learned (nested CV)"
+    return str(info.name)
+
+
+def _tau(report: Any) -> str:
+    if report.matcher.name == "llm":
+        return "-"
+    if report.taus:
+        return f"{min(report.taus):.3f} to {max(report.taus):.3f}" if len(set(report.taus)) > 1 else \
+            f"{report.taus[0]:.3f}"
+    return f"{report.matcher.tau:g}"
+
+
+@nuggets_app.command("train")
+def train_command(
+    labels: Path = typer.Option(..., "--labels", help=LABELS_HELP),
+    nuggets: str = typer.Option(..., "--nuggets", help="The nuggets the labels' ids refer to (name or file)."),
+    responses: list[str] = typer.Option(..., "--responses", help="The labelled runs' responses (repeatable)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Where to write the model (JSON)."),
+    labels_format: str = typer.Option("auto", "--labels-format", help=FORMAT_HELP),
+    alias: list[str] | None = typer.Option(None, "--alias", help=ALIAS_HELP),
+    encoder: str = typer.Option("minilm", "--encoder", help="The bi-encoder of the cosine signal."),
+    folds: int = typer.Option(5, "--folds", min=2, help="Folds (over turns) that choose λ and τ."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the folds."),
+    as_json: bool = typer.Option(False, "--json", help="Print the model as JSON."),
+) -> None:
+    """Fit the learned matcher on your copy of human labels and save it (apcir ships no weights): λ and τ by
+    cross-validation over turns, then one fit on every label; its nested cross-validation κ is printed and kept
+    in the file. Use it with --matcher learned --learned-model FILE."""
+    import numpy as np
+
+    from apcir.evaluation.nugget_features import pair_features
+    from apcir.evaluation.nugget_labels import load_labels, parse_aliases
+    from apcir.evaluation.nugget_learned import save_model, train_model
+    from apcir.evaluation.nuggets import load_nuggets, load_response_runs
+
+    check_writable(out, "learned model")
+    refuse_inputs_as_outputs([out], [labels, nuggets, *responses])
+    human = load_labels(labels, labels_format, parse_aliases(alias or []))
+    gold, runs = load_nuggets(nuggets), load_response_runs(responses)
+    index = {(n.turn_id, n.nugget_id): n for items in gold.by_turn.values() for n in items}
+    resolved, unmapped = human.resolved()
+    kept = []
+    for turn, run, nugget_id, label in resolved:
+        reason = ("nugget not in the nuggets" if (turn, nugget_id) not in index
+                  else "no response of the run for the turn" if turn not in runs.get(run, {}) else None)
+        if reason:
+            unmapped[reason] = unmapped.get(reason, 0) + 1
+        else:
+            kept.append((turn, run, nugget_id, label))
+    if not kept:
+        raise ApcirError("none of the labels matches a nugget and a response", path=labels)
+    features = pair_features([(index[(t, n)], runs[r][t]) for t, r, n, _ in kept], encoder)
+    truth = np.array([label == 1 for *_, label in kept])
+    model = train_model(features, truth, [t for t, *_ in kept], encoder=encoder, labels_path=labels, folds=folds,
+                        seed=seed)
+    save_model(out, model)
+    if as_json:
+        print_json(model.model_dump(mode="json"))
+        return
+    console.print(f"learned matcher trained on {len(kept)} labels over {len(model.trained_on.turns)} turns "
+                  f"({model.trained_on.positives} covered): λ = {model.lam:g}, τ = {model.tau:.3f}; nested "
+                  f"cross-validation κ = {model.nested_kappa:.3f}; written to {out}", highlight=False)
+    for why, count in unmapped.items():
+        console.print(f"note: {count} label(s) not used: {why}", highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,75 +1,38 @@
 """How far a matcher's covered/not-covered decisions are from people's: accuracy, Cohen's κ, and precision and
-recall of "covered", each with a bootstrap 95% interval (resampling turns), and τ chosen without peeking.
+recall of "covered", each with a bootstrap 95% interval (resampling turns), every figure out-of-fold.
 
-**Labels** are one human decision per (turn, run, nugget). apcir reads them as JSONL
-``{"turn_id", "run", "nugget_id", "label"}`` or as TSV ``turn_id<TAB>run<TAB>nugget_id<TAB>label`` (an
-optional header line), ``label`` 1/0, yes/no or true/false. A label whose turn, run or nugget is not in the
-nuggets and responses given is not used, and the report counts such rows by reason; none is dropped silently.
+**Labels** are one human decision per (turn, run, nugget), in apcir's layout or as the iKAT 2024 human study
+publishes them (:mod:`apcir.evaluation.nugget_labels`). A label whose turn, run or nugget is not in the nuggets
+and responses given (or whose alias the alias table lacks) is not used, and the report counts such rows by
+reason; none is dropped silently. An alias with two candidate runs is measured under each: the report's
+``alternatives`` give κ with the labels of that alias read as either run's.
 
 **τ** of a thresholded matcher is chosen by cross-validation over turns (k folds, seeded): on the training
-folds' labels, the τ maximising κ among the midpoints between their distinct scores; the held-out fold's
-decisions use it, and every figure is out-of-fold. κ, not accuracy: most labels are 0, and the τ maximising
-accuracy tends to "never covered".
+folds' labels, the τ maximising κ; the held-out fold's decisions use it. κ, not accuracy: most labels are 0, and
+the τ maximising accuracy tends to "never covered". The **learned** matcher is measured by nested
+cross-validation (:mod:`apcir.evaluation.nugget_learned`), or, given a model file, with the model's τ on labels
+of turns it was not trained on. ``splits`` repeats the cross-validation with other random fold assignments:
+the spread of κ over them shows how much the split alone moves the figure.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 from pydantic import BaseModel, Field
 
 from apcir.errors import ApcirError
-from apcir.evaluation.nugget_matchers import MATCHERS, MatcherSettings
+from apcir.evaluation import nugget_cv
+from apcir.evaluation.nugget_cv import best_tau, cohen_kappa, kappa_of
+from apcir.evaluation.nugget_labels import HumanLabels, Label, LabelRow, load_labels
+from apcir.evaluation.nugget_matchers import MatcherSettings
+from apcir.evaluation.nugget_registry import MATCHERS
 from apcir.evaluation.nugget_scores import MatcherInfo, match
-from apcir.evaluation.nuggets import NuggetSet
-from apcir.ids import canonical_turn_id
-from apcir.io import iter_lines
+from apcir.evaluation.nuggets import Nugget, NuggetSet
 
-Label = tuple[str, str, str, int]
-"""(turn_id, run, nugget_id, 0 or 1)."""
-
-_TRUE, _FALSE = {"1", "yes", "true", "y"}, {"0", "no", "false", "n"}
-
-
-def load_labels(path: str | Path) -> list[Label]:
-    """Human labels from JSONL or TSV (module doc); a malformed line is an error naming it."""
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise ApcirError("labels file not found", path=path)
-    labels: list[Label] = []
-    for number, line in iter_lines(path, "labels file"):
-        text = line.strip()
-        if not text or text.startswith("#"):
-            continue
-        if path.suffix == ".jsonl":
-            try:
-                row = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise ApcirError(f"not JSON: {exc.msg}", path=path, line=number) from None
-            if not isinstance(row, dict) or not {"turn_id", "run", "nugget_id", "label"} <= set(row):
-                raise ApcirError('expected {"turn_id", "run", "nugget_id", "label"}', path=path, line=number)
-            fields = [str(row["turn_id"]), str(row["run"]), str(row["nugget_id"]), str(row["label"])]
-        else:
-            fields = text.split("\t")
-            if len(fields) != 4:
-                raise ApcirError(f"expected turn_id<TAB>run<TAB>nugget_id<TAB>label, found {len(fields)} field(s)",
-                                 path=path, line=number)
-            if number == 1 and fields[0].lower() in {"turn_id", "turn", "qid"}:
-                continue
-        value = fields[3].strip().lower()
-        if value not in _TRUE | _FALSE:
-            raise ApcirError(f"label {fields[3]!r} is not 1/0, yes/no or true/false", path=path, line=number)
-        try:
-            turn = canonical_turn_id(fields[0].strip())
-        except ApcirError as exc:
-            raise ApcirError(exc.message, path=path, line=number) from None
-        labels.append((turn, fields[1].strip(), fields[2].strip().strip("[]"), 1 if value in _TRUE else 0))
-    if not labels:
-        raise ApcirError("no labels in the file", path=path)
-    return labels
+__all__ = ["AgreementReport", "Figure", "Label", "agreement", "best_tau", "cohen_kappa", "load_labels"]
 
 
 class Figure(BaseModel):
@@ -78,11 +41,33 @@ class Figure(BaseModel):
     high: float
 
 
+class Spread(BaseModel):
+    """κ over ``splits`` random fold assignments (the same labels, other splits)."""
+
+    splits: int
+    low: float
+    median: float
+    high: float
+    sd: float
+
+
+class Alternative(BaseModel):
+    """κ with one ambiguous alias's labels read as one of its candidate runs."""
+
+    alias: str
+    run: str
+    used: int
+    kappa: Figure
+
+
 class AgreementReport(BaseModel):
     matcher: MatcherInfo
     labels: int = Field(description="labels read")
     used: int = Field(description="labels matched to a nugget and a response")
+    turns: int = Field(0, description="turns of the labels used")
     unmapped: dict[str, int] = Field(default_factory=dict, description="labels not used, by reason")
+    layout: str = "apcir"
+    mapping: dict[str, list[str]] = Field(default_factory=dict, description="alias -> candidate runs (first used)")
     positives: float = Field(description="share of used labels that say covered")
     accuracy: Figure
     kappa: Figure
@@ -90,18 +75,18 @@ class AgreementReport(BaseModel):
     recall: Figure
     folds: int = 0
     taus: list[float] = Field(default_factory=list, description="τ chosen on each fold's training turns")
+    lambdas: list[float] = Field(default_factory=list, description="learned: the L2 strength chosen per fold")
+    spread: Spread | None = None
+    alternatives: list[Alternative] = Field(default_factory=list)
     resamples: int = 1000
     seed: int = 0
 
 
-def cohen_kappa(tp: float, fp: float, fn: float, tn: float) -> float:
-    """Cohen's κ of a 2x2 table (0 when chance agreement is total)."""
-    n = tp + fp + fn + tn
-    if n == 0:
-        return 0.0
-    observed = (tp + tn) / n
-    chance = ((tp + fp) * (tp + fn) + (fn + tn) * (fp + tn)) / (n * n)
-    return 0.0 if chance >= 1 else (observed - chance) / (1 - chance)
+@dataclass(frozen=True)
+class _Rows:
+    keys: list[tuple[str, str, str]]
+    truth: np.ndarray
+    turns: list[str]
 
 
 def _figures(counts: np.ndarray) -> tuple[float, float, float, float]:
@@ -112,27 +97,8 @@ def _figures(counts: np.ndarray) -> tuple[float, float, float, float]:
             tp / (tp + fn) if tp + fn else 0.0)
 
 
-def best_tau(scores: np.ndarray, truth: np.ndarray) -> float:
-    """The τ maximising κ on (scores, truth): midpoints between distinct scores, ties to the larger τ."""
-    values = np.unique(scores)
-    candidates = np.concatenate([[values[0] - 1e-9], (values[:-1] + values[1:]) / 2, [values[-1] + 1e-9]])
-    best, chosen = -np.inf, float(candidates[0])
-    for tau in candidates:
-        covered = scores >= tau
-        kappa = cohen_kappa(float((covered & truth).sum()), float((covered & ~truth).sum()),
-                            float((~covered & truth).sum()), float((~covered & ~truth).sum()))
-        if kappa >= best - 1e-12:
-            best, chosen = kappa, float(tau)
-    return chosen
-
-
-def agreement(nuggets: NuggetSet, runs: Mapping[str, Mapping[str, str]], labels: Sequence[Label], matcher: str,
-              settings: MatcherSettings | None = None, *, folds: int = 5, seed: int = 0,
-              resamples: int = 1000) -> AgreementReport:
-    """The matcher's agreement with ``labels`` (module doc)."""
-    settings = settings or MatcherSettings()
-    spec = MATCHERS.get(matcher)
-    index = {(n.turn_id, n.nugget_id): n for items in nuggets.by_turn.values() for n in items}
+def _kept(nuggets: NuggetSet, runs: Mapping[str, Mapping[str, str]], labels: Sequence[Label],
+          index: Mapping[tuple[str, str], Nugget]) -> tuple[list[Label], dict[str, int]]:
     unmapped: dict[str, int] = {}
     kept: list[Label] = []
     for turn, run, nugget_id, label in labels:
@@ -144,56 +110,149 @@ def agreement(nuggets: NuggetSet, runs: Mapping[str, Mapping[str, str]], labels:
             kept.append((turn, run, nugget_id, label))
         else:
             unmapped[reason] = unmapped.get(reason, 0) + 1
-    if not kept:
-        raise ApcirError(f"none of the {len(labels)} labels matches a nugget and a response: "
+    return kept, unmapped
+
+
+def agreement(nuggets: NuggetSet, runs: Mapping[str, Mapping[str, str]], labels: HumanLabels | Sequence[Label],
+              matcher: str, settings: MatcherSettings | None = None, *, folds: int = 5, seed: int = 0,
+              resamples: int = 1000, splits: int = 0) -> AgreementReport:
+    """The matcher's agreement with ``labels`` (module doc)."""
+    settings = settings or MatcherSettings()
+    spec = MATCHERS.get(matcher)
+    human = labels if isinstance(labels, HumanLabels) else HumanLabels(
+        path="", layout="apcir", rows=tuple(LabelRow(*label) for label in labels))
+    index = {(n.turn_id, n.nugget_id): n for items in nuggets.by_turn.values() for n in items}
+    choices: list[dict[str, str]] = [{}] + [{alias: run} for alias, candidates in human.ambiguous.items()
+                                            for run in candidates[1:]]
+    resolutions = []
+    for choice in choices:
+        resolved, unmapped = human.resolved(choice)
+        kept, missing = _kept(nuggets, runs, resolved, index)
+        for why, count in missing.items():
+            unmapped[why] = unmapped.get(why, 0) + count
+        resolutions.append((choice, kept, unmapped))
+    primary, unmapped = resolutions[0][1], dict(resolutions[0][2])
+    if not primary:
+        raise ApcirError(f"none of the {len(human.rows)} labels matches a nugget and a response: "
                          + "; ".join(f"{n} {why}" for why, n in unmapped.items()))
-    labelled = {(turn, nugget_id) for turn, _, nugget_id, _ in kept}
-    by_turn = {t: [n for n in items if (t, n.nugget_id) in labelled] for t, items in nuggets.by_turn.items()}
-    subset = NuggetSet(name=nuggets.name, by_turn={t: v for t, v in by_turn.items() if v})
-    scored, info = match(subset, {run: {t: runs[run][t] for t in runs[run] if t in subset.by_turn}
-                                  for run in {k[1] for k in kept}}, matcher, settings)
-    position = {(t, n.nugget_id): i for t, items in subset.by_turn.items() for i, n in enumerate(items)}
-    rows = [(turn, scored[run][turn][position[(turn, nugget_id)]], label) for turn, run, nugget_id, label in kept]
-    undecided = sum(1 for _, s, _ in rows if s is None)
+    needed = sorted({label[:3] for _, kept, _ in resolutions for label in kept})
+    nested = matcher in ("learned",) and not settings.learned_model
+    values, info = _values(nuggets, runs, needed, index, matcher, settings, nested)
+    model_turns: set[str] = set()
+    if matcher == "learned" and settings.learned_model:
+        from apcir.evaluation.nugget_learned import load_model
+
+        model_turns = set(load_model(settings.learned_model).trained_on.turns)
+
+    def rows_of(kept: list[Label]) -> tuple[_Rows, int]:
+        usable = [label for label in kept if values.get(label[:3]) is not None]
+        return _Rows(keys=[label[:3] for label in usable], truth=np.array([label[3] == 1 for label in usable]),
+                     turns=[label[0] for label in usable]), len(kept) - len(usable)
+
+    rows, undecided = rows_of(primary)
     if undecided:
         unmapped["the matcher could not decide"] = undecided
-        rows = [r for r in rows if r[1] is not None]
-    turns = sorted({r[0] for r in rows})
-    truth = np.array([r[2] == 1 for r in rows])
-    scores = np.array([float(r[1]) for r in rows])  # type: ignore[arg-type]
-    decisions = np.zeros(len(rows), dtype=bool)
-    taus: list[float] = []
-    k = 0
-    if spec.thresholded and settings.tau is None:
-        k = min(folds, len(turns))
+    if not rows.keys:
+        raise ApcirError("the matcher decided none of the labelled pairs")
+    shared = sorted(model_turns & set(rows.turns))
+    if shared:
+        raise ApcirError(f"the learned model was trained on {len(shared)} of these labels' turns ({', '.join(shared[:3])}"
+                         "): its figures on them would not be out-of-fold; measure it on other turns, or leave "
+                         "--learned-model out (nested cross-validation)")
+    mode = "nested" if nested else "fixed" if (not spec.thresholded or settings.tau is not None
+                                               or matcher == "learned") else "cv"
+    fixed_tau = spec.tau(settings) if mode == "fixed" else 0.0
+
+    def decide(r: _Rows, split_seed: int) -> tuple[np.ndarray, list[float], list[float], int]:
+        if mode == "fixed":
+            scores = np.array([float(values[k]) for k in r.keys])  # type: ignore[arg-type]
+            return scores >= fixed_tau, [], [], 0
+        k = min(folds, len(set(r.turns)))
         if k < 2:
-            raise ApcirError("choosing τ by cross-validation needs labels on at least 2 turns (or give --tau)")
-        order = np.random.default_rng(seed).permutation(len(turns))
-        fold_of = {turns[i]: position_ % k for position_, i in enumerate(order)}
-        turn_fold = np.array([fold_of[r[0]] for r in rows])
-        for fold in range(k):
-            train = turn_fold != fold
-            tau = best_tau(scores[train], truth[train])
+            raise ApcirError("cross-validation needs labels on at least 2 turns (or give --tau)")
+        if mode == "nested":
+            from apcir.evaluation.nugget_learned import nested_cv
+
+            features = np.array([values[key] for key in r.keys])
+            result = nested_cv(features, r.truth, r.turns, folds=k, seed=split_seed)
+            return result.decisions, result.taus, result.lambdas, k
+        scores = np.array([float(values[key]) for key in r.keys])  # type: ignore[arg-type]
+        fold = nugget_cv.row_folds(r.turns, k, split_seed)
+        decisions = np.zeros(len(scores), dtype=bool)
+        taus = []
+        for j in range(k):
+            held = fold == j
+            nugget_cv.check_disjoint({t for t, h in zip(r.turns, held) if not h},
+                                     {t for t, h in zip(r.turns, held) if h})
+            tau = best_tau(scores[~held], r.truth[~held])
             taus.append(tau)
-            decisions[~train] = scores[~train] >= tau
+            decisions[held] = scores[held] >= tau
+        return decisions, taus, [], k
+
+    def spread_of(r: _Rows) -> Spread | None:
+        if mode == "fixed" or splits < 2:
+            return None
+        kappas = np.array([kappa_of(decide(r, seed + s)[0], r.truth) for s in range(splits)])
+        return Spread(splits=splits, low=float(kappas.min()), median=float(np.median(kappas)),
+                      high=float(kappas.max()), sd=float(kappas.std(ddof=1)))
+
+    decisions, taus, lambdas, k = decide(rows, seed)
+    figures = _bootstrap(rows, decisions, resamples, seed)
+    if taus and mode == "cv":
         info.tau = float(np.median(taus))
-    else:
-        decisions = scores >= spec.tau(settings)
-    # per-turn confusion counts, then a bootstrap over turns
+    alternatives = []
+    if len(resolutions) > 1:
+        for alias in human.ambiguous:
+            for run in human.aliases[alias]:
+                choice = {alias: run}
+                kept = next(kept for c, kept, _ in resolutions if c == choice) if choice in choices[1:] else primary
+                alt_rows, _ = rows_of(kept)
+                alt_decisions = decide(alt_rows, seed)[0]
+                alternatives.append(Alternative(alias=alias, run=run, used=len(alt_rows.keys),
+                                                kappa=_bootstrap(alt_rows, alt_decisions, resamples, seed)[1]))
+    return AgreementReport(
+        matcher=info, labels=len(human.rows), used=len(rows.keys), turns=len(set(rows.turns)), unmapped=unmapped,
+        layout=human.layout, mapping={a: list(r) for a, r in human.mapping().items()},
+        positives=float(rows.truth.mean()), accuracy=figures[0], kappa=figures[1], precision=figures[2],
+        recall=figures[3], folds=k, taus=taus, lambdas=lambdas, spread=spread_of(rows), alternatives=alternatives,
+        resamples=resamples, seed=seed)
+
+
+def _values(nuggets: NuggetSet, runs: Mapping[str, Mapping[str, str]], needed: list[tuple[str, str, str]],
+            index: Mapping[tuple[str, str], Nugget], matcher: str, settings: MatcherSettings,
+            nested: bool) -> tuple[dict[tuple[str, str, str], object], MatcherInfo]:
+    """Each labelled (turn, run, nugget)'s score (the learned matcher without a model: its signals), in one pass."""
+    if nested:
+        from apcir.evaluation.nugget_features import pair_features
+
+        matrix = pair_features([(index[(t, n)], runs[r][t]) for t, r, n in needed], settings.encoder)
+        return {key: matrix[i] for i, key in enumerate(needed)}, MatcherInfo(name=matcher, tau=0.0)
+    labelled = {(t, n) for t, _, n in needed}
+    subset = NuggetSet(name=nuggets.name, by_turn={t: [n for n in items if (t, n.nugget_id) in labelled]
+                                                   for t, items in nuggets.by_turn.items()})
+    subset.by_turn = {t: v for t, v in subset.by_turn.items() if v}
+    wanted = {r for _, r, _ in needed}
+    scored, info = match(subset, {run: {t: runs[run][t] for t in runs[run] if t in subset.by_turn}
+                                  for run in sorted(wanted)}, matcher, settings)
+    position = {(t, n.nugget_id): i for t, items in subset.by_turn.items() for i, n in enumerate(items)}
+    return {(t, r, n): scored[r][t][position[(t, n)]] for t, r, n in needed}, info
+
+
+def _bootstrap(rows: _Rows, decisions: np.ndarray, resamples: int, seed: int) -> list[Figure]:
+    """Accuracy, κ, precision and recall with 95% intervals from resampling turns."""
+    turns = sorted(set(rows.turns))
     turn_row = {t: i for i, t in enumerate(turns)}
     counts = np.zeros((len(turns), 4))
-    for (turn, _, _), said, truly in zip(rows, decisions, truth):
+    for turn, said, truly in zip(rows.turns, decisions, rows.truth):
         counts[turn_row[turn], (0 if said else 2) + (0 if truly else 1)] += 1  # tp, fp, fn, tn
     point = _figures(counts.sum(axis=0))
     draws = np.random.default_rng(seed).integers(0, len(turns), size=(resamples, len(turns)))
     spread = np.array([_figures(counts[d].sum(axis=0)) for d in draws]) if resamples else np.zeros((0, 4))
-
-    def figure(j: int) -> Figure:
+    out = []
+    for j in range(4):
         if not len(spread):
-            return Figure(value=point[j], low=point[j], high=point[j])
+            out.append(Figure(value=point[j], low=point[j], high=point[j]))
+            continue
         low, high = np.percentile(spread[:, j], [2.5, 97.5])
-        return Figure(value=point[j], low=float(low), high=float(high))
-
-    return AgreementReport(matcher=info, labels=len(labels), used=len(rows), unmapped=unmapped,
-                           positives=float(truth.mean()), accuracy=figure(0), kappa=figure(1), precision=figure(2),
-                           recall=figure(3), folds=k, taus=taus, resamples=resamples, seed=seed)
+        out.append(Figure(value=point[j], low=float(low), high=float(high)))
+    return out

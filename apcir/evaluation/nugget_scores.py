@@ -18,7 +18,8 @@ from collections.abc import Mapping, Sequence
 from pydantic import BaseModel, Field
 
 from apcir.errors import ApcirError
-from apcir.evaluation.nugget_matchers import MATCHERS, LLMMatcher, MatcherSettings, Pair
+from apcir.evaluation.nugget_matchers import LLMMatcher, MatcherSettings, Pair
+from apcir.evaluation.nugget_registry import DEFAULT_MATCHER, MATCHERS
 from apcir.evaluation.nuggets import NuggetSet, check_runs_against
 from apcir.metrics.significance import Comparison, SignificanceSettings, compare_with
 
@@ -128,7 +129,7 @@ def run_scores(run: str, nuggets: NuggetSet, scores: Mapping[str, Sequence[float
     return result
 
 
-def score_runs(nuggets: NuggetSet, runs: Mapping[str, Mapping[str, str]], matcher: str = "embedding",
+def score_runs(nuggets: NuggetSet, runs: Mapping[str, Mapping[str, str]], matcher: str = DEFAULT_MATCHER,
                settings: MatcherSettings | None = None, *, baseline: str | None = None,
                compare_matcher: str | None = None, levels: Mapping[str, str] | None = None,
                significance: SignificanceSettings | None = None) -> NuggetReport:

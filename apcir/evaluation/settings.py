@@ -39,8 +39,9 @@ class EvaluationSettings(BaseModel):
     ptkb_measures: list[str] = Field(default_factory=lambda: ["ptkb"], description="measures of the PTKB ranking")
     judge: JudgeSettings = Field(default_factory=JudgeSettings, description="LLM judge of the responses (off)")
     nuggets: str | None = Field(None, description="gold nuggets (ikat25-test, or a file): the responses' nugget recall")
-    nugget_matcher: str = Field("embedding", description="nugget matcher of a run: lexical or embedding (the llm "
-                                                         "matcher: apcir evaluate-responses --matcher llm)")
+    nugget_matcher: str = Field("lexical", description="nugget matcher of a run: lexical (the default: it agreed "
+                                                       "best with people) or embedding (the llm and learned matchers: "
+                                                       "apcir evaluate-responses --matcher)")
     nugget_tau: float | None = Field(None, ge=0, description="the matcher's threshold (default: the matcher's)")
 
     @field_validator("nugget_matcher")

@@ -1,0 +1,83 @@
+"""The registry of nugget matchers (:data:`MATCHERS`, the single source of their names), the default matcher and
+the defaults of τ, measured against people (see :mod:`apcir.evaluation.nugget_matchers` for the matchers)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from apcir.evaluation.nugget_matchers import EmbeddingMatcher, LexicalMatcher, LLMMatcher, Matcher, MatcherSettings
+from apcir.registry import Registry
+
+
+@dataclass
+class MatcherSpec:
+    name: str
+    label: str
+    description: str
+    thresholded: bool
+    default_tau: float | None
+    cost: str
+    build: Callable[[MatcherSettings], Matcher]
+    tau_of: Callable[[MatcherSettings], float] | None = None
+    """Where the default τ comes from when it is not fixed (the learned matcher's: its model file)."""
+
+    def tau(self, settings: MatcherSettings) -> float:
+        """The threshold in use (1 for the llm matcher, whose scores are 0 or 1)."""
+        if not self.thresholded:
+            return 1.0
+        if settings.tau is not None:
+            return settings.tau
+        return self.tau_of(settings) if self.tau_of is not None else float(self.default_tau or 0.0)
+
+
+
+def _llm(settings: MatcherSettings) -> Matcher:
+    from apcir.errors import ApcirError
+
+    if not settings.model:
+        raise ApcirError("the llm matcher needs a model: --model gpt-4o (or a local one: smollm2, with --base-url)")
+    return LLMMatcher(settings.model, settings.llm, settings.batched)
+
+
+def _learned_model(settings: MatcherSettings) -> Any:
+    from apcir.errors import ApcirError
+    from apcir.evaluation.nugget_learned import load_model
+
+    if not settings.learned_model:
+        raise ApcirError("the learned matcher needs a model: apcir nuggets train --labels ... -o model.json, then "
+                         "--learned-model model.json (apcir nuggets agreement measures it without one, by nested "
+                         "cross-validation)")
+    return load_model(settings.learned_model)
+
+
+def _learned(settings: MatcherSettings) -> Matcher:
+    from apcir.evaluation.nugget_learned import LearnedMatcher
+
+    return LearnedMatcher(_learned_model(settings))
+
+
+# The defaults below were measured against the 1,086 human labels of the iKAT 2024 human study (CONE-RAG), 5-fold
+# cross-validation over its 25 turns: benchmarks/nugget_agreement.py prints them; docs/guide/responses.md has the
+# table. τ = the median of the τs chosen on the training folds of 10 random 5-fold splits (lexical 0.508, range 0.417
+# to 0.606; embedding 0.663, range 0.654 to 0.764), to two decimals.
+MATCHERS: Registry[MatcherSpec] = Registry("nugget matcher")
+MATCHERS.add(MatcherSpec("lexical", "lexical overlap", "share of the nugget's content words in the response",
+                         True, 0.51, "free: no model", lambda s: LexicalMatcher()))
+MATCHERS.add(MatcherSpec("embedding", "embedding similarity",
+                         "best cosine between the nugget and a sentence of the response (MiniLM by default)",
+                         True, 0.66, "offline: one bi-encoder pass over nuggets and response sentences",
+                         lambda s: EmbeddingMatcher(s.encoder)))
+MATCHERS.add(MatcherSpec("llm", "LLM yes/no", "an LLM says whether the response contains the nugget", False, None,
+                         "one request per turn and response (batched) or per nugget; cached", _llm))
+MATCHERS.add(MatcherSpec("learned", "learned from human labels",
+                         "logistic regression over lexical, IDF and embedding signals, trained on your labels "
+                         "(apcir nuggets train)", True, None,
+                         "offline: the embedding matcher's pass, plus a model file you train", _learned,
+                         tau_of=lambda s: float(_learned_model(s).tau)))
+
+DEFAULT_MATCHER = "lexical"
+"""The matcher that agreed best with people among those that need no training (see the module doc)."""
+TRAINED = frozenset({"learned"})
+"""Matchers that need a model trained on a user's labels."""
