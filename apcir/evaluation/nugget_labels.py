@@ -36,7 +36,9 @@ from apcir.io import iter_lines
 Label = tuple[str, str, str, int]
 """(turn_id, run, nugget_id, 0 or 1)."""
 
-LAYOUTS = ("auto", "apcir", "cone-rag")
+OWN, PUBLISHED = "apcir", "cone-rag"
+"""apcir's label layout (turn, run, nugget, label) and the CONE-RAG human study's, as published."""
+LAYOUTS = ("auto", OWN, PUBLISHED)
 
 CONE_RAG_ALIASES: dict[str, tuple[str, ...]] = {
     "iires-1": ("uot-yahoo_run",),
@@ -85,7 +87,7 @@ class HumanLabels:
         unmapped: dict[str, int] = {}
         for row in self.rows:
             run = row.source
-            if self.layout == "cone-rag":
+            if self.layout == PUBLISHED:
                 candidates = self.aliases.get(row.source)
                 if not candidates:
                     reason = f"alias {row.source} not in the alias table (give --alias {row.source}=RUN)"
@@ -98,7 +100,7 @@ class HumanLabels:
     def mapping(self) -> dict[str, tuple[str, ...]]:
         """The alias table entries the file uses (empty for apcir's layout)."""
         used = sorted({r.source for r in self.rows})
-        return {a: self.aliases[a] for a in used if a in self.aliases} if self.layout == "cone-rag" else {}
+        return {a: self.aliases[a] for a in used if a in self.aliases} if self.layout == PUBLISHED else {}
 
 
 def parse_aliases(values: Iterable[str]) -> dict[str, tuple[str, ...]]:
@@ -126,14 +128,14 @@ def load_labels(path: str | Path, layout: str = "auto",
     if not lines:
         raise ApcirError("no labels in the file", path=path)
     if layout == "auto":
-        layout = "cone-rag" if _looks_published(lines[0][1]) and path.suffix != ".jsonl" else "apcir"
-    rows = [_published_row(text, path, n) if layout == "cone-rag" else _apcir_row(text, path, n, path.suffix)
+        layout = PUBLISHED if _looks_published(lines[0][1]) and path.suffix != ".jsonl" else OWN
+    rows = [_published_row(text, path, n) if layout == PUBLISHED else _apcir_row(text, path, n, path.suffix)
             for n, text in lines]
     kept = tuple(r for r in rows if r is not None)
     if not kept:
         raise ApcirError("no labels in the file", path=path)
-    table = {**CONE_RAG_ALIASES, **{a: tuple(r) for a, r in (aliases or {}).items()}} if layout == "cone-rag" else {}
-    if layout == "apcir" and aliases:
+    table = {**CONE_RAG_ALIASES, **{a: tuple(r) for a, r in (aliases or {}).items()}} if layout == PUBLISHED else {}
+    if layout == OWN and aliases:
         raise ApcirError("--alias maps the published human study's run aliases; these labels name runs already")
     return HumanLabels(path=str(path), layout=layout, rows=kept, aliases=table)
 

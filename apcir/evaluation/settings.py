@@ -47,7 +47,7 @@ class EvaluationSettings(BaseModel):
     @field_validator("nugget_matcher")
     @classmethod
     def _offline_matcher(cls, value: str) -> str:
-        from apcir.evaluation.nugget_matchers import MATCHERS
+        from apcir.evaluation.nugget_registry import MATCHERS
 
         MATCHERS.validate(value)  # an unknown name: the closest matchers
         if value not in ("lexical", "embedding"):
