@@ -57,3 +57,13 @@ def test_two_runs_of_the_same_name_stay_apart(tmp_path, run_cli):
     text = (tmp_path / "r" / "report.md").read_text()
     assert f"{tmp_path / 'one'}: APCIR" in text and f"{tmp_path / 'two'}: APCIR" in text
     assert len(list((tmp_path / "r").glob("*-levels.png"))) == 2
+
+
+def test_the_figures_confidence_interval_is_the_t_interval_of_the_mean(tmp_path):
+    from apcir.evaluation import plots
+
+    assert plots.mean_ci([]) == (0.0, 0.0) and plots.mean_ci([0.4]) == (0.4, 0.0)
+    mean, half = plots.mean_ci([0.2, 0.4, 0.6])  # sd 0.2, n 3: t(0.975, 2) = 4.3027 -> 4.3027 * 0.2 / sqrt(3)
+    assert abs(mean - 0.4) < 1e-12 and abs(half - 4.302653 * 0.2 / 3 ** 0.5) < 1e-5
+    written = plots.levels_with_ci(make_run(), tmp_path, ["apcir", "rrf"], "MRR")
+    assert written and all(p.exists() and p.stat().st_size > 0 for p in written)
