@@ -61,9 +61,10 @@ $(TEST_STAMP): $(DEMO_STAMP) $(DOCS_STAMP) $(LLM_STAMP)
 	$(PIP) -e ".[full,pyterrier,live,milvus,docs,dev]"
 	touch $@
 
-# The whole suite, nothing skipped, on $(PYTEST_WORKERS) workers (tests/conftest.py: how tests share the demo run and
-# the indexes between workers), then the documentation build.
-test: setup docs
+# The whole suite, nothing skipped, on $(PYTEST_WORKERS) workers (docs/development.md, The tests: how tests share the
+# demo run and the indexes between workers). The suite includes what `make docs` does (tests/docs: the reference
+# pages match the code, the site builds with --strict) and runs every example of the docs.
+test: setup
 	$(PY) -m pytest -q $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadgroup)
 
 # The documentation site: the generated reference pages must match the code, then a strict build (no broken
