@@ -1,6 +1,6 @@
 """What the tests share across pytest-xdist workers: built once per ``pytest`` run, under a lock, then read-only.
 
-``make test`` runs the suite on two workers (``-n 2 --dist loadgroup``). A session fixture runs once per *worker*,
+``make test`` runs the suite on two workers (``-n 2 --dist loadfile``). A session fixture runs once per *worker*,
 so something expensive that several modules need (the demo run, a built index) is built through
 :func:`build_once`: the first worker to ask builds it in a folder all workers of this run share, while any other
 worker that asks waits on the lock, then both use the same folder. Without xdist it is the same, in one process.
@@ -33,7 +33,8 @@ def session_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder all workers of this ``pytest`` run share, and no other run: under xdist the parent of the workers'
     base temporary folders (``pytest-N/``, each worker has ``pytest-N/popen-gwK/``), else the base folder itself."""
     base = tmp_path_factory.getbasetemp()
-    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    root = base.parent if worker and base.name.endswith(worker) else base
     shared = root / "shared"
     shared.mkdir(exist_ok=True)
     return shared

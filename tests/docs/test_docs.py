@@ -1,7 +1,8 @@
 """The documentation site: its reference pages match the code, it builds with --strict, and every example runs.
 
 Examples are the fenced ``bash``, ``python`` and ``console`` blocks of the pages in ``mkdocs.yml``'s nav, run in
-nav order in one scratch directory (so a page can use what an earlier one made), on one worker of ``make test``. The
+nav order in one scratch directory (so a page can use what an earlier one made), on one worker of ``make test``
+(which hands each test file to one worker). The
 directory starts as `make demo` leaves it: the suite's one demo run (``runs/demo``, its index) is copied in, so the
 pages' `apcir run demo` reuses every stage, as it does for a reader who ran `make demo`. A block whose
 first line is ``# needs: ...`` names what it needs that the tests do not have, and is not run. A ``console`` block
@@ -112,7 +113,6 @@ def _matches(expected: list[str], output: str) -> bool:
     return True
 
 
-@pytest.mark.xdist_group("docs-examples")  # in nav order, in one scratch directory: on one worker
 @pytest.mark.parametrize("block", [b for b in EXAMPLES if b.needs is None], ids=lambda b: b.id)
 def test_example_runs(block: Block, sandbox):
     if "apcir.llm.local_server" in block.code and importlib.util.find_spec("llama_cpp") is None \
