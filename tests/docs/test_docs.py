@@ -1,7 +1,10 @@
 """The documentation site: its reference pages match the code, it builds with --strict, and every example runs.
 
 Examples are the fenced ``bash``, ``python`` and ``console`` blocks of the pages in ``mkdocs.yml``'s nav, run in
-nav order in one scratch directory (so a page can use what an earlier one made, e.g. ``runs/demo``). A block whose
+nav order in one scratch directory (so a page can use what an earlier one made), on one worker of ``make test``
+(which hands each test file to one worker). The
+directory starts as `make demo` leaves it: the suite's one demo run (``runs/demo``, its index) is copied in, so the
+pages' `apcir run demo` reuses every stage, as it does for a reader who ran `make demo`. A block whose
 first line is ``# needs: ...`` names what it needs that the tests do not have, and is not run. A ``console`` block
 holds ``$ command`` lines, each followed by output that must appear in what the command prints (a ``...`` line
 skips any lines; ``...`` inside a line matches anything).
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from shared import clean_env
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -72,14 +76,11 @@ EXAMPLES = [b for b in blocks() if b.language in RUNNABLE]
 
 
 @pytest.fixture(scope="session")
-def sandbox(tmp_path_factory) -> tuple[Path, dict[str, str]]:
-    where = tmp_path_factory.mktemp("docs-examples")
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "APCIR_CACHE_DIR")}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env["APCIR_CACHE_DIR"] = str(where / ".cache" / "llm")
-    env["HF_HUB_OFFLINE"] = env["TRANSFORMERS_OFFLINE"] = "1"
-    env["COLUMNS"] = "200"
-    return where, env
+def sandbox(tmp_path_factory, demo) -> tuple[Path, dict[str, str]]:
+    """The scratch directory, holding what `make demo` leaves (the suite's one demo run, tests/shared.py): the
+    pages' `apcir run demo` then does what it does after `make demo`, reuse every stage."""
+    where = demo.copy_into(tmp_path_factory.mktemp("docs-examples"))
+    return where, clean_env(where / ".cache" / "llm")
 
 
 def test_the_examples_are_counted_and_the_unrun_ones_say_why():

@@ -94,3 +94,13 @@ def test_the_report_files_are_as_it_describes_them(tmp_path):
                   and k != "n" and not k.startswith(("n ", "mark"))]
         assert values and all(0 <= v <= 1 for v in values), (name, values)
     assert "- **third alone**: q^u+r^u (levels b/c) or q''+r'' (level a) alone" in text
+
+
+def test_the_figures_confidence_interval_is_the_t_interval_of_the_mean(tmp_path):
+    from apcir.evaluation import plots
+
+    assert plots.mean_ci([]) == (0.0, 0.0) and plots.mean_ci([0.4]) == (0.4, 0.0)
+    mean, half = plots.mean_ci([0.2, 0.4, 0.6])  # sd 0.2, n 3: t(0.975, 2) = 4.3027 -> 4.3027 * 0.2 / sqrt(3)
+    assert abs(mean - 0.4) < 1e-12 and abs(half - 4.302653 * 0.2 / 3 ** 0.5) < 1e-5
+    written = plots.levels_with_ci(make_run(), tmp_path, ["apcir", "rrf"], "MRR")
+    assert written and all(p.exists() and p.stat().st_size > 0 for p in written)

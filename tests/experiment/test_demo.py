@@ -1,4 +1,8 @@
-"""The demo exactly as `make demo` runs it (bundled config), in a temporary directory, then the notebook on it."""
+"""The demo exactly as `make demo` runs it (bundled config), then the notebook on it.
+
+The run is the suite's one demo run (the session fixture ``demo`` in tests/conftest.py), which the documentation
+examples read too (tests/docs); it is shared, so what re-runs or writes works on a copy.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,6 @@ import pytest
 from nbclient import NotebookClient
 
 from apcir import datasets
-from apcir.experiment.config import load_config, resolve_config_path
 from apcir.experiment.pipeline import run_experiment
 from apcir.submission.stage import validate_submission
 
@@ -19,31 +22,32 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    root = tmp_path_factory.mktemp("demo")
-    config = load_config(resolve_config_path("demo"))
-    retrieval = config.retrieval.model_copy(update={"index": str(root / "index")})
-    config = config.model_copy(update={"output_dir": str(root / "run"), "retrieval": retrieval})
-    return config, run_experiment(config, progress=False)
+def outputs(demo):
+    """The demo's config, and its metrics as its first run wrote them."""
+    return demo.config(), demo.metrics()
 
 
-def test_demo_compares_every_system_and_is_valid(demo):
-    config, report = demo
-    metrics = report.metrics
-    assert metrics is not None
+def test_the_shared_demo_run_was_one_fresh_offline_run(demo):
+    """`apcir run demo` on an empty folder: every stage ran, no LLM request (the heuristic reformulator and the
+    extractive responder are offline), the submission checked."""
+    assert "this run: 0 LLM requests, " in demo.log and "0 of 11 stages reused" in demo.log, demo.log[-2000:]
+    assert "submission runs/demo/submission.json passes the offline iKAT checks (332 turns)" in demo.log
+
+
+def test_demo_compares_every_system_and_is_valid(outputs):
+    config, metrics = outputs
     for system in ("apcir", "list-rewrite", "list-rewrite_response", "list-third", "equal", "no-personalisation",
                    "rrf", "manual", "qr-fusion"):
         assert system in metrics.systems, system
     assert metrics.protocol.startswith("5-fold cross-validation by conversation")
     assert len(metrics.systems["apcir"].per_turn) == 74, "every judged turn of ikat23-test-provenance"
-    assert report.llm_requests == 0, "the heuristic reformulator needs no LLM"
     assert validate_submission(config.run_dir / "submission.json", datasets.topics("ikat23-test")) == []
     assert (config.run_dir / "report" / "report.md").exists()
     assert metrics.backend == "embedded" and metrics.encoder == "splade-tiny" and metrics.rerankers == {}
     assert len(metrics.systems["qr-fusion"].per_turn) == 74  # query-representation fusion, out-of-fold weights
 
 
-def test_demo_stores_each_run_once_and_gzipped(demo):
+def test_demo_stores_each_run_once_and_gzipped(outputs):
     """A system that is a list refers to the list's run; lists and systems are .run.gz; fused.run is plain."""
     import gzip
 
@@ -51,7 +55,7 @@ def test_demo_stores_each_run_once_and_gzipped(demo):
     from apcir.contract.fusion import load_fusion_record
     from apcir.contract.runs import load_run
 
-    config, _ = demo
+    config, _ = outputs
     run_dir = config.run_dir
     record = load_fusion_record(run_dir / "systems" / "fusion.json")
     assert record.refers == {"list-rewrite": "lists/rewrite.run.gz", "list-rewrite_response":
@@ -69,13 +73,12 @@ def test_demo_stores_each_run_once_and_gzipped(demo):
     assert set(systems) >= set(record.systems)
 
 
-def test_demo_keeps_each_tuned_systems_weights_with_their_rule_and_evidence(demo):
+def test_demo_keeps_each_tuned_systems_weights_with_their_rule_and_evidence(outputs):
     from apcir.contract.weights import load_weights
 
-    config, report = demo
-    assert report.metrics is not None
+    config, metrics = outputs
     for system in ("apcir-shrunk", "apcir-plateau", "no-levels", "equal"):
-        assert len(report.metrics.systems[system].per_turn) == 74, system  # out-of-fold, like apcir
+        assert len(metrics.systems[system].per_turn) == 74, system  # out-of-fold, like apcir
     paper = load_weights(config.run_dir / "weights.json")
     assert paper.selection.shrinkage == 0 and paper.selection.select == "argmax"
     shrunk = load_weights(config.run_dir / "systems" / "apcir-shrunk.weights.json")
@@ -91,21 +94,22 @@ def test_demo_keeps_each_tuned_systems_weights_with_their_rule_and_evidence(demo
     assert "APCIR, plateau optimum" in text and "beats pooled" in text
 
 
-def test_demo_rerun_reuses_everything(demo):
-    config, first = demo
-    again = run_experiment(config, progress=False)
+def test_demo_rerun_reuses_everything(demo, tmp_path):
+    """A second run reuses every stage, also where the run directory and the index were copied (as the docs
+    examples' scratch directory has them)."""
+    again = run_experiment(demo.config(demo.copy_into(tmp_path)), progress=False)
     assert again.llm_requests == 0 and again.retrieval_calls == 0
     assert not any(outcome.ran for outcome in again.outcomes)
-    assert again.metrics == first.metrics
+    assert again.metrics == demo.metrics()
 
 
-def test_notebook_runs_on_the_demo_outputs(demo, monkeypatch):
-    config, _ = demo
+def test_notebook_runs_on_the_demo_outputs(outputs, monkeypatch):
+    config, _ = outputs
     notebook = nbformat.read(ROOT / "notebooks" / "apcir_from_python.ipynb", as_version=4)
     monkeypatch.setenv("APCIR_RUN_DIR", str(config.run_dir))
     NotebookClient(notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
-    outputs = [o for c in notebook.cells if c.cell_type == "code" for o in c.get("outputs", [])]
-    text = "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in outputs)
+    cells = [o for c in notebook.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    text = "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in cells)
     assert "332 turns; 9-1_4" in text and "run demo: topics ikat23-test" in text
     assert "level a:" in text and "level c:" in text and "level a: w = [" in text
     assert "APCIR on this turn (x100): MRR" in text and "grade" in text
@@ -117,7 +121,7 @@ def test_notebook_runs_on_the_demo_outputs(demo, monkeypatch):
     assert re.findall(r"^(?:from|import) (\S+)", sources, re.M) == ["os", "collections", "pathlib", "apcir"]
 
 
-def test_demo_numbers_are_the_expected_scores(demo):
+def test_demo_numbers_are_the_expected_scores(outputs):
     """Every system's means (and the PTKB rankings' and responses') equal apcir/configs/demo.expected.json within
     its tolerance: a change of numbers must be a deliberate edit of that file (APCIR_UPDATE_EXPECTED=1 rewrites it)."""
     import os
@@ -125,9 +129,9 @@ def test_demo_numbers_are_the_expected_scores(demo):
     from apcir.evaluation.expected import differences, read_expected, write_expected
     from apcir.experiment.config import CONFIGS
 
-    _, report = demo
+    _, metrics = outputs
     path = CONFIGS / "demo.expected.json"
     if os.environ.get("APCIR_UPDATE_EXPECTED") == "1":
-        write_expected(report.metrics, path)
-    problems = differences(report.metrics, read_expected(path))
+        write_expected(metrics, path)
+    problems = differences(metrics, read_expected(path))
     assert not problems, "the demo's numbers moved (update demo.expected.json on purpose):\n" + "\n".join(problems)

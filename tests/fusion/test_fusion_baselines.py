@@ -91,3 +91,21 @@ def test_tfidf_encoder_shape():
     enc = b.tfidf_encoder()
     matrix = enc(["hiking boots", "boots for hiking in rain"])
     assert matrix.shape[0] == 2 and matrix.shape[1] >= 4
+
+
+def test_text_encoders_tfidf_and_a_memo_that_encodes_each_text_once():
+    from apcir.fusion.encoders import MemoEncoder, text_encoder
+
+    texts = ["hiking boots", "boots for hiking in rain"]
+    assert np.array_equal(text_encoder("tfidf")(texts), b.tfidf_encoder()(texts))
+    batches: list[list[str]] = []
+
+    def encode(batch):
+        batches.append(batch)
+        return [np.array([len(t), t.count("o")], dtype=float) for t in batch]
+
+    memo = MemoEncoder(encode)
+    memo.prime(["b", "a", "b"])
+    rows = memo(["a", "c", "a"])
+    assert batches == [["a", "b"], ["c"]]  # sorted, each text once, only the new ones
+    assert rows.tolist() == [[1, 0], [1, 0], [1, 0]] and memo(["boo"]).tolist() == [[3, 2]]

@@ -10,6 +10,7 @@ from fake_openai import FakeOpenAI
 
 from apcir import datasets
 from apcir.contract.responses import load_responses
+from apcir.datasets.lampqa import PREFIX
 from apcir.errors import ApcirError
 
 QUESTIONS = [
@@ -28,7 +29,7 @@ SCORES = {"How do I start running at 50?": [2, 1, 0], "Which novel should I read
 def lampqa(tmp_path):
     path = tmp_path / "lampqa.json"
     path.write_text(json.dumps(QUESTIONS))
-    return f"lampqa:{path}"
+    return f"{PREFIX}{path}"
 
 
 def content(body: dict) -> str:

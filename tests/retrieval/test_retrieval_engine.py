@@ -172,3 +172,19 @@ def test_threads_setting_is_respected(collection):
         numba.set_num_threads(before)
     many = engine.search_matrix(queries, 100)
     assert np.array_equal(one.passages, many.passages) and np.array_equal(one.scores, many.scores)
+
+
+def test_query_representation_fusion_sums_weighted_rows_left_to_right():
+    from apcir.retrieval.representation import weighted_sum
+
+    rng = np.random.default_rng(3)
+    blocks = [sp.random(4, 30, density=0.2, format="csr", random_state=rng, dtype=np.float32) for _ in range(3)]
+    weights = rng.dirichlet([1, 1, 1], size=4)
+    total = weighted_sum(blocks, weights)
+    expected = sum(weights[:, i, None].astype(np.float32) * blocks[i].toarray() for i in range(3))
+    assert sp.issparse(total) and total.has_sorted_indices and np.all(total.data != 0)
+    assert np.allclose(total.toarray(), expected, rtol=1e-6)
+    dense = weighted_sum([b.toarray() for b in blocks], weights)
+    assert isinstance(dense, np.ndarray) and np.allclose(dense, expected, rtol=1e-6)
+    with pytest.raises(ValueError, match="no vectors"):
+        weighted_sum([], weights)
