@@ -342,7 +342,11 @@ class SpladeEncoder(TextEncoder):
     ) -> sp.csr_matrix:
         with progress_bar(description, len(texts), enabled=progress and len(texts) > self.batch_size) as advance:
             if self.head is not None:  # every text length-sorted at once, tokenised by the worker
-                return next(self.head.encode([texts], self.tokenizer, max_length, self.batch_size, advance))
+                chunks = self.head.encode([texts], self.tokenizer, max_length, self.batch_size, advance)
+                try:
+                    return next(chunks)
+                finally:
+                    chunks.close()  # ends the worker now, not when the generator is collected
             return self.encode_reference(texts, max_length, task, advance)
 
     def encode_reference(self, texts: list[str], max_length: int, task: str = "document",

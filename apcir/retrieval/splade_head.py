@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -268,7 +268,7 @@ class SpladeHead:
         return weights
 
     def encode(self, chunks: Iterable[Sequence[str]], tokenizer: Any, max_length: int, batch_size: int,
-               advance: Callable[[int], None] | None = None) -> Iterator[sp.csr_matrix]:
+               advance: Callable[[int], None] | None = None) -> Generator[sp.csr_matrix, None, None]:
         """The SPLADE vectors (CSR, float32, rows in the chunk's order) of each chunk of texts."""
         import torch
 

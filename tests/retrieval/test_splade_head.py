@@ -191,3 +191,19 @@ def test_the_demo_index_vectors_are_todays(tmp_path: Path, tiny):
     order = [stored.index(i) for i in ids]
     today = tiny.encode_reference(texts, tiny.doc_max_length + 2)
     assert_same_vectors(sp.csr_matrix(vectors[order]), today)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (runs where there is one)")
+def test_on_a_gpu_the_vectors_are_the_cpus_and_auto_picks_the_cards_precision(tiny):
+    from apcir.retrieval.precision import gpu_supports_bfloat16
+
+    texts = demo_texts(64)
+    gpu = SpladeEncoder("splade-tiny", device="cuda", dtype="float32", batch_size=16)
+    assert gpu.head is not None and gpu.head.device == "cuda"
+    ours, today = gpu.encode_documents(texts, progress=False), tiny.encode_reference(texts, tiny.doc_max_length + 2)
+    assert np.abs(ours.toarray() - today.toarray()).max() < 1e-5
+    assert abs(ours.nnz - today.nnz) <= 1e-4 * today.nnz
+    auto = SpladeEncoder("splade-tiny", device="cuda")
+    assert auto.dtype == ("bfloat16" if gpu_supports_bfloat16("cuda") else "float32")
+    assert next(auto.model.parameters()).dtype == getattr(torch, auto.dtype)
+    assert auto.encode_documents(texts, progress=False).dtype == np.float32
