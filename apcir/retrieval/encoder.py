@@ -22,7 +22,7 @@ the ``batch x tokens x vocabulary`` logits are never held at once; ``log(1 + rel
 maximum (the same number: the function is non-decreasing), on the device, and only the nonzero
 ``(row, term, weight)`` triples are copied back. Any other SPLADE model (a router with a separate query
 model, prompts, another architecture) goes through sentence-transformers' ``SparseEncoder.encode``. Both
-give the same vectors (tests/retrieval/test_retrieval_encoder.py, on the demo collection).
+give the same vectors (tests/retrieval/test_splade_head.py, on the demo collection).
 
 **Precision** (``dtype``, see :mod:`apcir.retrieval.precision`): the model's weights are cast to it; the
 maximum is taken in it and the activation in float32, and weights are stored as float32.
@@ -254,10 +254,17 @@ class TextEncoder:
         ``advance(n)`` is called as passages are done. An encoder may read (and tokenise) the next chunk
         while it encodes this one.
         """
+        from apcir.retrieval.registry import ENCODER_KINDS
+
+        group = max(self.batch_size * 8, 1)  # progress every 8 batches
         for texts in chunks:
-            yield self.encode_documents(texts, progress=False)
-            if advance is not None:
-                advance(len(texts))
+            blocks = []
+            for start in range(0, len(texts), group):
+                part = list(texts[start : start + group])
+                blocks.append(self.encode_documents(part, progress=False))
+                if advance is not None:
+                    advance(len(part))
+            yield ENCODER_KINDS.get(self.kind).stack(blocks) if blocks else self.encode_documents([], progress=False)
 
 
 class SpladeEncoder(TextEncoder):

@@ -176,10 +176,15 @@ def test_stopping_early_ends_the_worker(tiny):
     assert not thread.is_alive()
 
 
-def test_the_demo_index_vectors_are_todays(tmp_path: Path, tiny):
-    """An index build goes through the worker and the chunks: its vectors are the encoder's, row for row."""
+@pytest.mark.parametrize("path", ["sliced head", "sentence-transformers"])
+def test_the_demo_index_vectors_are_todays(tmp_path: Path, tiny, path, monkeypatch):
+    """An index build goes through the chunks (and the worker): its vectors are today's, row for row, on either
+    path of the encoder."""
     from apcir.retrieval import build_index
     from apcir.retrieval.embedded import passage_vectors
+
+    if path == "sentence-transformers":
+        monkeypatch.setattr(tiny, "head", None)
 
     texts = demo_texts(23)
     ids = [p.id for i, p in enumerate(datasets.iter_collection(datasets.collection_path("ikat23-provenance")))
