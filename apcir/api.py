@@ -557,9 +557,10 @@ def reformulate(turns: PathLike | Sequence[Turn], method: str = "heuristic", *, 
 
 def retrieve(queries: Mapping[str, Any], index: PathLike, *, k: int = 1000, field: str = "rewrite",
              encoder: str | None = None, device: str | None = None, backend: str | None = None,
-             progress: bool = False) -> Run:
+             progress: bool = False, dtype: str = "auto") -> Run:
     """Search an index (``apcir index build``, or a Lucene index) as ``apcir retrieve`` does: ``queries`` are
-    reformulation records (``field`` picks rewrite, rewrite_response or third) or ``{turn_id: text}``."""
+    reformulation records (``field`` picks rewrite, rewrite_response or third) or ``{turn_id: text}``;
+    ``dtype``: the query encoder's precision (auto, float32, bfloat16, float16)."""
     from apcir.retrieval.backends import open_index
     from apcir.retrieval.stage import list_queries, retrieve_lists
 
@@ -567,7 +568,7 @@ def retrieve(queries: Mapping[str, Any], index: PathLike, *, k: int = 1000, fiel
         asked: Mapping[str, Any] = list_queries(queries, field)
     else:
         asked = {t: str(v) for t, v in queries.items()}
-    searcher = open_index(index, encoder, device=device, threads=2, backend=backend)
+    searcher = open_index(index, encoder, device=device, threads=2, backend=backend, dtype=dtype)
     with tempfile.TemporaryDirectory(prefix="apcir-") as scratch:
         runs = retrieve_lists(searcher, {field: asked}, {field: Path(scratch) / "run"}, {field: field}, k=k,
                               progress=progress)

@@ -152,9 +152,9 @@ class Retrieve(pt.Transformer):  # type: ignore[misc]
     rewrite_response (q'+r'), third, or query (the frame's query)."""
 
     def __init__(self, index: str | Path, *, field: str = "rewrite", k: int = 1000, encoder: str | None = None,
-                 device: str | None = None, backend: str | None = None):
+                 device: str | None = None, backend: str | None = None, dtype: str = "auto"):
         self.index, self.field, self.k = Path(index), field, k
-        self.encoder, self.device, self.backend = encoder, device, backend
+        self.encoder, self.device, self.backend, self.dtype = encoder, device, backend, dtype
         self._searcher: Any = None
 
     def run_field(self, queries: pd.DataFrame, field: str | None = None) -> api.Run:
@@ -162,7 +162,8 @@ class Retrieve(pt.Transformer):  # type: ignore[misc]
         from apcir.retrieval.stage import retrieve_lists
 
         if self._searcher is None:
-            self._searcher = open_index(self.index, self.encoder, device=self.device, backend=self.backend)
+            self._searcher = open_index(self.index, self.encoder, device=self.device, backend=self.backend,
+                                        dtype=self.dtype)
         name = field or self.field
         import tempfile
 

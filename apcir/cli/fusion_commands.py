@@ -21,6 +21,7 @@ from apcir.errors import ApcirError
 from apcir.fusion.settings import FusionParams, TuningSettings
 from apcir.fusion.systems import PRIMARY, SYSTEMS
 from apcir.io import check_writable, refuse_inputs_as_outputs
+from apcir.retrieval.precision import DTYPE_HELP, check_dtype
 
 _EXTRA = {"allow_extra_args": True}
 _RUNS_HELP = "The run files to fuse, in weight order (q', q'+r', third): --runs A B C."
@@ -322,6 +323,7 @@ def baseline_command(
     encoder: str = typer.Option(
         "tfidf", "--encoder", help="entropy/deps encoder: tfidf, or a SPLADE model (splade-tiny, naver/splade-v3)."
     ),
+    dtype: str = typer.Option("auto", "--dtype", help=f"entropy/deps with a model: its precision, {DTYPE_HELP}."),
     step: str = typer.Option("0.01", "--step"),
     objective: list[str] = typer.Option(["paper"], "--objective"),
     norm: str = typer.Option("minmax", "--norm"),
@@ -339,6 +341,7 @@ def baseline_command(
         from apcir.registry import unknown_name
 
         raise ApcirError(unknown_name("baseline", name, BASELINES))
+    check_dtype(dtype)
     check_writable(out, "baseline run")
     refuse_inputs_as_outputs([out], [*runs, *ctx.args, levels, qrels, weights_path, topics, reformulations,
                                      collection])
@@ -373,7 +376,7 @@ def baseline_command(
             inputs.personalised = {t: records[t].output.personalised_text for t in turns}  # type: ignore[union-attr]
             inputs.passages = datasets.passage_texts(datasets.collection_path(collection), deps_passage_ids(run_list))
         if "encode" in needs:
-            inputs.encode = text_encoder(encoder)
+            inputs.encode = text_encoder(encoder, dtype=dtype)
         fused = fixed_systems(inputs, [name])[name]
     write_run(fused, out, tag=tag or name.replace("-", "_"), depth=depth)
     console.print(f"{name} run ({len(fused)} turns) written to {out}", highlight=False)

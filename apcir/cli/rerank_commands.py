@@ -17,6 +17,7 @@ from apcir.io import check_writable, refuse_inputs_as_outputs
 from apcir.llm.settings import LLMSettings
 from apcir.reranking.registry import RERANKERS
 from apcir.reranking.settings import RerankSettings
+from apcir.retrieval.precision import DTYPE_HELP
 
 _DEFAULTS = ", ".join(f"{spec.name} {spec.default_model}" for spec in RERANKERS)
 
@@ -42,6 +43,7 @@ def rerank_command(
     depth: int = typer.Option(100, "--depth", "-d", help="Passages re-ranked per turn; the rest keep their order."),
     batch_size: int | None = typer.Option(None, "--batch-size", help="Pairs per forward pass (default 16)."),
     device: str | None = typer.Option(None, "--device", help="cpu, cuda, cuda:1, ... (default: GPU if present)."),
+    dtype: str | None = typer.Option(None, "--dtype", help=f"monot5, cross-encoder: precision, {DTYPE_HELP}."),
     max_length: int | None = typer.Option(None, "--max-length", help="Input tokens of a pair (default 512)."),
     true_token: str | None = typer.Option(None, "--true-token", help="monot5: answer word scored (default true)."),
     false_token: str | None = typer.Option(None, "--false-token", help="monot5: the other answer word (false)."),
@@ -65,7 +67,7 @@ def rerank_command(
     asking = settings(LLMSettings, **llm_values(given))
     options = settings(
         RerankSettings, reranker=reranker, model=model, depth=depth, field=field, batch_size=batch_size,
-        device=device, max_length=max_length, true_token=true_token, false_token=false_token, window=window,
+        device=device, dtype=dtype, max_length=max_length, true_token=true_token, false_token=false_token, window=window,
         step=step, windows=windows, max_words=max_words, llm=asking if asking.model_fields_set else None,
     )
     if tag is not None and not tag.strip():

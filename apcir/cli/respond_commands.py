@@ -26,6 +26,7 @@ from apcir.responses.ptkb import (
 from apcir.responses.registry import usage_help
 from apcir.responses.settings import RespondSettings
 from apcir.responses.stage import RespondSummary, respond
+from apcir.retrieval.precision import DTYPE_HELP, check_dtype
 
 
 def index_dependencies(index: Path) -> list[Path]:
@@ -62,6 +63,7 @@ def rank_ptkb_command(
     ),
     turns: list[str] = typer.Option(None, "--turns", help="Only these turn ids (repeat or comma-separate)."),
     tag: str = typer.Option("apcir-ptkb", "--tag", help="Run tag."),
+    dtype: str = typer.Option("auto", "--dtype", help=f"apcir with a model: its precision, {DTYPE_HELP}."),
 ) -> None:
     """Rank every turn's PTKB statements, best first, as a TREC run over statement ids (evaluate it with
     `apcir evaluate RUN --qrels ikat23-test-ptkb -m ptkb`)."""
@@ -69,6 +71,7 @@ def rank_ptkb_command(
 
     PTKB_METHODS.check(method)
     checked("--encoder", lambda name: check_encoder(name, (BM25,)), encoder)
+    check_dtype(dtype)
     if index is not None and encoder is not None:
         raise ApcirError("give --index (its encoder is used) or --encoder, not both")
     if not PTKB_METHODS.get(method).compares and (reformulations or index or encoder):
@@ -80,7 +83,7 @@ def rank_ptkb_command(
     records = load_reformulations(reformulations) if reformulations else {}
     warn_unknown_statements(selected, reformulation_statements(records), str(reformulations))
     chosen, kind = index_encoder(index) if index is not None else (encoder, None)
-    ranked, how = rank_by(method, selected, records, chosen, kind)  # type: ignore[arg-type]
+    ranked, how = rank_by(method, selected, records, chosen, kind, dtype)  # type: ignore[arg-type]
     write_ptkb_run(ranked, out, tag=tag)
     hint = (f"; evaluate with: apcir evaluate {out} --qrels ikat23-test-ptkb -m ptkb"
             if datasets.topics_year(topics) == 2023 else "")

@@ -14,7 +14,20 @@ from apcir.errors import ApcirError
 from apcir.io import check_writable, check_writable_dir, refuse_inputs_as_outputs, refuse_inputs_inside
 from apcir.retrieval.encoder import DEFAULT_MODEL
 from apcir.retrieval.location import index_folder
+from apcir.retrieval.precision import DTYPE_HELP, check_dtype
 from apcir.retrieval.registry import BACKENDS
+
+
+def passage_dtype(index: Path) -> str:
+    """The precision an index's passages were encoded in (``auto`` when it does not say: not an apcir index)."""
+    from apcir.retrieval.backends import locate
+    from apcir.retrieval.manifest import read_manifest
+    from apcir.retrieval.precision import stored_dtype
+
+    try:
+        return stored_dtype(read_manifest(locate(index)).dtype)
+    except ApcirError:
+        return "auto"
 
 
 def index_dependencies(index: Path) -> list[Path]:
@@ -43,6 +56,8 @@ def build_command(
         None, "--shard", help="Encode only shard i/N (from 0), e.g. 3/8; re-run without --shard to merge."
     ),
     device: str | None = typer.Option(None, "--device", help="cpu, cuda, cuda:1, ... (default: GPU if present)."),
+    dtype: str = typer.Option("auto", "--dtype", help=f"Encoder precision: {DTYPE_HELP}. auto continues an "
+                              "unfinished build in its recorded precision."),
     batch_size: int = typer.Option(32, "--batch-size", help="Passages per forward pass."),
     doc_max_length: int = typer.Option(256, "--doc-max-length", help="Passage budget in model tokens."),
     chunk_size: int = typer.Option(10_000, "--chunk-size", help="Passages per saved chunk (the unit of resuming)."),
@@ -65,6 +80,7 @@ def build_command(
     checked("--backend", BACKENDS.validate, backend)
     checked("--encoder", check_encoder, encoder)
 
+    check_dtype(dtype)
     refuse_inputs_inside(index_folder(out), [collection, vectors_from], "index directory")
     check_writable_dir(index_folder(out), "index directory")
     if vectors:
@@ -76,7 +92,7 @@ def build_command(
         result = build_index(
             collection, backend, out, encoder=encoder or DEFAULT_MODEL, shard=shard, device=device, batch_size=batch_size,
             doc_max_length=doc_max_length, chunk_size=chunk_size, threads=threads, overwrite=overwrite,
-            vectors_from=vectors_from,
+            vectors_from=vectors_from, dtype=dtype,
         )
     if as_json:
         print_json(
@@ -160,6 +176,7 @@ def retrieve_command(
         None, "--encoder", "-e", help="Query encoder; must be the index's model (default: the index's model)."
     ),
     device: str | None = typer.Option(None, "--device", help="cpu, cuda, ... (default: GPU if present)."),
+    dtype: str = typer.Option("auto", "--dtype", help=f"Query encoder precision: {DTYPE_HELP}."),
     threads: int = typer.Option(2, "--threads", min=1, help="Lucene search threads."),
     backend_name: str | None = typer.Option(
         None, "--backend", help="For a Lucene index without an apcir manifest: lucene-bm25 (default) or "
@@ -180,12 +197,14 @@ def retrieve_command(
     checked("--backend", BACKENDS.validate, backend_name)
     checked("--encoder", check_encoder, encoder)
 
+    check_dtype(dtype)
     if (queries is None) == (query_vectors is None):
         raise ApcirError("give either --queries (texts) or --query-vectors (pre-encoded queries)")
     if qr_fusion is not None:
         if queries is None:
             raise ApcirError("--qr-fusion takes a reformulations JSONL as --queries")
-        _qr_fusion_command(index, queries, qr_fusion, field, k, out, tag, encoder, device, threads, backend_name)
+        _qr_fusion_command(index, queries, qr_fusion, field, k, out, tag, encoder, device, threads, backend_name,
+                           dtype)
         return
     if query_vectors is not None:
         from apcir.retrieval.stage import search_query_vectors
@@ -196,7 +215,9 @@ def retrieve_command(
 
         check_writable(out, "run file")
         refuse_inputs_as_outputs([out], [query_vectors, *index_dependencies(index)], folders=[index_folder(index)])
-        backend = open_index(index, encoder, device=device, threads=threads, backend=backend_name)
+        # the queries come encoded: the model only maps tokens, in the index's own precision (no warning)
+        backend = open_index(index, encoder, device=device, threads=threads, backend=backend_name,
+                             dtype=passage_dtype(index))
         run = search_query_vectors(backend, query_vectors, k)
         write_run(run, out, tag=tag, depth=k)
         console.print(f"wrote {out}: {len(run)} turns, {sum(len(h) for h in run.values())} hits (depth {k})",
@@ -221,7 +242,7 @@ def retrieve_command(
     for path in outs.values():
         check_writable(path, "run file")
     refuse_inputs_as_outputs(outs.values(), [queries, *index_dependencies(index)], folders=[index_folder(index)])
-    backend = open_index(index, encoder, device=device, threads=threads, backend=backend_name)
+    backend = open_index(index, encoder, device=device, threads=threads, backend=backend_name, dtype=dtype)
     started = time.perf_counter()
     runs = retrieve_lists(backend, {keys[f]: qs.queries for f, qs in query_sets.items()}, outs, tags, k=k)
     seconds = time.perf_counter() - started
@@ -239,7 +260,7 @@ def retrieve_command(
 
 def _qr_fusion_command(index: Path, queries: Path, weights_path: Path, field: str | None, k: int, out: Path,
                       tag: str, encoder: str | None, device: str | None, threads: int,
-                      backend_name: str | None) -> None:
+                      backend_name: str | None, dtype: str = "auto") -> None:
     from apcir.contract.reformulations import load_reformulations
     from apcir.contract.runs import write_run
     from apcir.contract.weights import load_weights
@@ -265,7 +286,7 @@ def _qr_fusion_command(index: Path, queries: Path, weights_path: Path, field: st
                              path=weights_path)
         inputs[turn] = [record.list_inputs()[name] for name in LIST_NAMES]
         turn_weights[turn] = tuple(weights.levels[record.output.level].weights)
-    backend = open_index(index, encoder, device=device, threads=threads, backend=backend_name)
+    backend = open_index(index, encoder, device=device, threads=threads, backend=backend_name, dtype=dtype)
     run = search_fused_representation(backend, inputs, turn_weights, k)
     write_run(run, out, tag=tag, depth=k)
     console.print(f"wrote {out}: {len(run)} turns, query-representation fusion with the weights of {weights_path}",

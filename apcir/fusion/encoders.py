@@ -35,11 +35,12 @@ class MemoEncoder:
         return np.vstack([self.vectors[t] for t in texts])
 
 
-def text_encoder(name: str, corpus: Sequence[str] | None = None, kind: str = "splade") -> Encoder:
+def text_encoder(name: str, corpus: Sequence[str] | None = None, kind: str = "splade",
+                 dtype: str | None = "auto") -> Encoder:
     """``tfidf`` (IDF from ``corpus`` when given, else from each call's texts) or a model's dense vectors.
 
     ``kind`` says what the model is: ``splade`` (its sparse vectors, densified) or ``dense`` (a bi-encoder's
-    embeddings, for an experiment on a dense index).
+    embeddings, for an experiment on a dense index); ``dtype`` its precision (:mod:`apcir.retrieval.precision`).
     """
     if name == "tfidf":
         return tfidf_encoder(corpus)
@@ -48,6 +49,6 @@ def text_encoder(name: str, corpus: Sequence[str] | None = None, kind: str = "sp
         from apcir.retrieval.registry import ENCODER_KINDS
     except ImportError as exc:  # pragma: no cover - depends on the retrieval extra
         raise ApcirError(f"encoder {name}: the retrieval encoders are unavailable ({exc}); use tfidf") from None
-    model = make_encoder(kind, name)
+    model = make_encoder(kind, name, dtype=dtype)
     spec = ENCODER_KINDS.get(kind)
     return MemoEncoder(lambda texts: spec.rows(model.encode_documents(texts, progress=False)))

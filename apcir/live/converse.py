@@ -285,7 +285,8 @@ class Converse:
         mark = time.perf_counter()
         texts = store.texts(needed_passages(fused, [turn], config.respond.top_k)) if store is not None else {}
         encoder = config.retrieval.encoder if config.retrieval.uses_encoder else None
-        ptkb = rank_statements([turn], records, similarity_for(encoder, BACKENDS.get(config.retrieval.backend).encoder))
+        ptkb = rank_statements([turn], records, similarity_for(encoder, BACKENDS.get(config.retrieval.backend).encoder,
+                                                               config.retrieval.dtype))
         jobs = build_jobs([turn], records, fused, texts, ptkb, config.respond.top_k)
         responder = config.respond
         if not self._offline(responder.responder) and self._over_budget(started, "respond"):

@@ -79,6 +79,15 @@ def fixed_threads() -> int:
     return threads
 
 
+def check_finite(scores: Any, dtype: str, why: str = "") -> None:
+    """Refuse (one line) scores a model gave as NaN or infinity, which happens when half precision overflows."""
+    import math
+
+    if any(not math.isfinite(float(v)) for v in scores):
+        raise ApcirError(f"the re-ranker gave non-finite scores in {dtype} (an overflow); {why}use --dtype "
+                         "bfloat16 or float32 (rerank.dtype)")
+
+
 class PointwiseReranker:
     """A re-ranker that scores each (query, passage) pair alone; a pair is scored once per loaded model."""
 

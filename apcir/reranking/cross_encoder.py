@@ -14,19 +14,29 @@ from __future__ import annotations
 from typing import Any
 
 from apcir.errors import ApcirError
-from apcir.reranking.base import PointwiseReranker, fixed_threads, load_error, model_location, quiet_transformers
+from apcir.reranking.base import (
+    PointwiseReranker,
+    check_finite,
+    fixed_threads,
+    load_error,
+    model_location,
+    quiet_transformers,
+)
 from apcir.reranking.settings import RerankSettings
 from apcir.retrieval.encoder import check_length, resolve_device
+from apcir.retrieval.precision import resolve_dtype, torch_dtype
 
 
 class CrossEncoderScorer:
-    def __init__(self, model: str, *, device: str | None = None, batch_size: int = 16, max_length: int = 512) -> None:
+    def __init__(self, model: str, *, device: str | None = None, batch_size: int = 16, max_length: int = 512,
+                 dtype: str | None = "auto") -> None:
         import torch
         from sentence_transformers import CrossEncoder
         from transformers.utils import logging as hf_logging
 
         location, local = model_location(model)
         target = resolve_device(device)
+        self.dtype = resolve_dtype(dtype, target)
         verbosity = quiet_transformers()
         try:
             self.model = CrossEncoder(location, device=target, local_files_only=local,
@@ -36,6 +46,7 @@ class CrossEncoderScorer:
         finally:
             hf_logging.set_verbosity(verbosity)
         check_classifier(self.model, location)
+        self.model.to(torch_dtype(self.dtype))
         config = getattr(getattr(self.model, "model", None), "config", None)
         check_length(config, max_length, "max_length (--max-length, rerank.max_length)", location)
         labels = getattr(config, "num_labels", 1)
@@ -49,7 +60,9 @@ class CrossEncoderScorer:
     def score(self, pairs: list[tuple[str, str]]) -> list[float]:
         values = self.model.predict([list(p) for p in pairs], batch_size=self.batch_size, show_progress_bar=False,
                                     convert_to_numpy=True)
-        return [float(v) for v in values.reshape(len(pairs), -1)[:, 0]]
+        scores = values.reshape(len(pairs), -1)[:, 0]
+        check_finite(scores, self.dtype)
+        return [float(v) for v in scores]
 
 
 def check_classifier(model: Any, location: str) -> None:
@@ -73,7 +86,7 @@ def check_classifier(model: Any, location: str) -> None:
 
 def load(settings: RerankSettings) -> PointwiseReranker:
     scorer = CrossEncoderScorer(settings.model_name, device=settings.device, batch_size=settings.batch_size,
-                                max_length=settings.max_length)
+                                max_length=settings.max_length, dtype=settings.dtype)
     reranker = PointwiseReranker(settings.model_name, scorer.score, settings.batch_size)
     reranker.name = "cross-encoder"
     return reranker

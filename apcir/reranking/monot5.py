@@ -24,8 +24,9 @@ The ``true``/``false`` ids come from the model's own tokenizer (the word as the
 tokenizer splits it: ``▁true`` = 1176 in the T5 vocabulary), never from a
 table, so any T5 vocabulary works; mT5 models answer ``yes``/``no``
 (``true_token``/``false_token``). Inputs are batched by length (batch
-composition changes a score by < 1e-6); the forward pass runs in float32 on
-the GPU when present.
+composition changes a score by < 1e-6); the forward pass runs on the GPU when
+present, in the precision ``dtype`` names (``auto``: bfloat16 on a GPU that has it, else float32; float16
+overflows in T5 and is refused when it does).
 """
 
 from __future__ import annotations
@@ -33,9 +34,17 @@ from __future__ import annotations
 from typing import Any
 
 from apcir.errors import ApcirError
-from apcir.reranking.base import PointwiseReranker, fixed_threads, load_error, model_location, quiet_transformers
+from apcir.reranking.base import (
+    PointwiseReranker,
+    check_finite,
+    fixed_threads,
+    load_error,
+    model_location,
+    quiet_transformers,
+)
 from apcir.reranking.settings import RerankSettings
 from apcir.retrieval.encoder import resolve_device
+from apcir.retrieval.precision import resolve_dtype, torch_dtype
 
 TEMPLATE = "Query: {query} Document: {document} Relevant:"
 
@@ -59,12 +68,13 @@ class MonoT5:
     """Scores of (query, passage) pairs: log P(true), exactly pygaggle's number."""
 
     def __init__(self, model: str, *, device: str | None = None, batch_size: int = 16, max_length: int = 512,
-                 true_token: str = "true", false_token: str = "false") -> None:
+                 true_token: str = "true", false_token: str = "false", dtype: str | None = "auto") -> None:
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
         location, local = model_location(model)
         self.device = resolve_device(device)
+        self.dtype = resolve_dtype(dtype, self.device)
         verbosity = quiet_transformers()
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=local)
@@ -73,7 +83,7 @@ class MonoT5:
             raise load_error(location, exc, local) from None
         finally:
             hf_logging.set_verbosity(verbosity)
-        self.model.to(self.device).eval()
+        self.model.to(self.device, torch_dtype(self.dtype)).eval()
         fixed_threads()
         self.batch_size = batch_size
         self.max_length = max_length
@@ -105,6 +115,7 @@ class MonoT5:
                 logits = self.model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
                                     decoder_input_ids=decoder).logits[:, -1, :]
             values = torch.log_softmax(logits[:, self.ids].float(), dim=-1)[:, 1].tolist()
+            check_finite(values, self.dtype, "T5 overflows in float16; ")
             for i, value in zip(batch, values):
                 scores[i] = float(value)
         return scores
@@ -112,7 +123,8 @@ class MonoT5:
 
 def load(settings: RerankSettings) -> PointwiseReranker:
     scorer = MonoT5(settings.model_name, device=settings.device, batch_size=settings.batch_size,
-                    max_length=settings.max_length, true_token=settings.true_token, false_token=settings.false_token)
+                    max_length=settings.max_length, true_token=settings.true_token, false_token=settings.false_token,
+                    dtype=settings.dtype)
     reranker = PointwiseReranker(settings.model_name, scorer.score, settings.batch_size)
     reranker.name = "monot5"
     return reranker

@@ -36,11 +36,11 @@ RERANKERS: Registry[RerankerSpec] = Registry("re-ranker", "apcir.rerankers")
 RERANKERS.add(RerankerSpec(
     "monot5", "monoT5", "pygaggle's monoT5: log P(true) of 'Query: q Document: d Relevant:' (any T5 checkpoint)",
     "pointwise", "castorini/monot5-base-msmarco-10k", "apcir.reranking.monot5:load",
-    frozenset({"batch_size", "device", "max_length", "true_token", "false_token"})))
+    frozenset({"batch_size", "device", "dtype", "max_length", "true_token", "false_token"})))
 RERANKERS.add(RerankerSpec(
     "cross-encoder", "cross-encoder", "a sentence-transformers CrossEncoder's raw logit (e.g. the iKAT organisers' "
     "MiniLM)", "pointwise", "cross-encoder/ms-marco-MiniLM-L-6-v2", "apcir.reranking.cross_encoder:load",
-    frozenset({"batch_size", "device", "max_length"})))
+    frozenset({"batch_size", "device", "dtype", "max_length"})))
 RERANKERS.add(RerankerSpec(
     "rankgpt", "RankGPT", "RankGPT's listwise prompt to an LLM, sliding windows from the bottom up",
     "listwise", "gpt-4o-mini", "apcir.reranking.rankgpt:load",

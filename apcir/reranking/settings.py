@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from apcir.contract.reformulations import LIST_NAMES
 from apcir.llm.settings import LLMSettings, refuse_unused
 from apcir.reranking.registry import RERANKERS
+from apcir.retrieval.precision import DTYPE_HELP, Dtype
 
 WindowMode = Literal["rankgpt", "cover"]
 RANKGPT_WINDOWS: WindowMode = "rankgpt"
@@ -37,6 +38,7 @@ class RerankSettings(BaseModel):
     submit: bool = Field(False, description="apcir run: re-rank fused.run too and export the re-ranked run")
     batch_size: int = Field(16, ge=1, description="monot5 / cross-encoder: (query, passage) pairs per forward pass")
     device: str | None = Field(None, description="cpu, cuda, cuda:1, ... (default: the GPU when present)")
+    dtype: Dtype = Field("auto", description=f"monot5 / cross-encoder: the model's precision: {DTYPE_HELP}")
     max_length: int = Field(512, ge=8, description="monot5 / cross-encoder: input tokens; longer inputs are cut")
     true_token: str = Field("true", description="monot5: the answer word whose probability is the score")
     false_token: str = Field("false", description="monot5: the other answer word (mT5 models: yes / no)")

@@ -79,13 +79,14 @@ def bm25_similarity() -> SimilaritySpec:
     return SimilaritySpec(similarity, BM25)
 
 
-def encoder_similarity(model: str, kind: str | None = None) -> SimilaritySpec:
+def encoder_similarity(model: str, kind: str | None = None, dtype: str | None = "auto") -> SimilaritySpec:
     """Inner products of a model's vectors, the rewrite as a query and each statement as a passage: sparse dot
-    products for SPLADE, cosine for a bi-encoder that normalises (as MiniLM does)."""
+    products for SPLADE, cosine for a bi-encoder that normalises (as MiniLM does). ``dtype``: the model's
+    precision (:mod:`apcir.retrieval.precision`)."""
     from apcir.retrieval.registry import kind_of_model
 
     spec = kind_of_model(model, kind)
-    encoder = spec.make(model)
+    encoder = spec.make(model, dtype=dtype)
 
     def similarity(items: Sequence[tuple[str, list[str]]]) -> list[list[float]]:
         unique = sorted({text for _, texts in items for text in texts})
@@ -100,12 +101,12 @@ def encoder_similarity(model: str, kind: str | None = None) -> SimilaritySpec:
     return SimilaritySpec(similarity, encoder.name)
 
 
-def similarity_for(encoder: str | None, kind: str | None = None) -> SimilaritySpec:
+def similarity_for(encoder: str | None, kind: str | None = None, dtype: str | None = "auto") -> SimilaritySpec:
     """The similarity named ``encoder``: ``bm25`` (or None), else that model's (``kind`` as an index records it;
-    by default a known bi-encoder such as ``minilm`` is dense, any other model SPLADE)."""
+    by default a known bi-encoder such as ``minilm`` is dense, any other model SPLADE), in precision ``dtype``."""
     if encoder is None or encoder == BM25:
         return bm25_similarity()
-    return encoder_similarity(encoder, kind)
+    return encoder_similarity(encoder, kind, dtype)
 
 
 def _scored(order: list[str]) -> list[tuple[str, float]]:
@@ -206,8 +207,8 @@ class PtkbMethod:
 
     name: str
     description: str
-    rank: Callable[[Sequence[Turn], Mapping[str, ReformulationRecord] | None, str | None, str | None],
-                   tuple[PtkbRanking, str]]
+    rank: Callable[..., tuple[PtkbRanking, str]]
+    """``rank(turns, records, encoder, kind, dtype)``."""
     reference: bool = False
     """A reference order ``apcir run`` writes (``ptkb/<name>.run``) and evaluates beside apcir's own."""
     compares: bool = False
@@ -215,8 +216,8 @@ class PtkbMethod:
 
 
 def _by_similarity(turns: Sequence[Turn], records: Mapping[str, ReformulationRecord] | None, encoder: str | None,
-                   kind: str | None) -> tuple[PtkbRanking, str]:
-    spec = similarity_for(encoder, kind)
+                   kind: str | None, dtype: str | None = "auto") -> tuple[PtkbRanking, str]:
+    spec = similarity_for(encoder, kind, dtype)
     used = "the reformulation's ptkb_used first, then " if records else ""
     return rank_statements(turns, records or {}, spec), f"{used}similarity ({spec.name}) to the personalised rewrite"
 
@@ -233,6 +234,6 @@ METHODS: tuple[str, ...] = PTKB_METHODS.names()
 
 
 def rank_by(method: str, turns: Sequence[Turn], records: Mapping[str, ReformulationRecord] | None = None,
-            encoder: str | None = None, kind: str | None = None) -> tuple[PtkbRanking, str]:
-    """The ranking ``method`` names, and a description of how it was made."""
-    return PTKB_METHODS.get(method).rank(turns, records, encoder, kind)
+            encoder: str | None = None, kind: str | None = None, dtype: str | None = "auto") -> tuple[PtkbRanking, str]:
+    """The ranking ``method`` names, and a description of how it was made (``dtype``: the encoder's precision)."""
+    return PTKB_METHODS.get(method).rank(turns, records, encoder, kind, dtype)

@@ -165,6 +165,8 @@ class PtkbStage(Stage):
     out: Path = an_output()
     baselines: dict[str, Path] = an_output()
     records: dict[str, ReformulationRecord] = not_an_input()
+    dtype: str | None = None
+    """The encoder's precision (resolved on this machine; None: auto)."""
 
     @property
     def name(self) -> str:
@@ -176,7 +178,7 @@ class PtkbStage(Stage):
     def run(self, context: StageContext) -> StageResult:
         from apcir.responses.ptkb import PTKB_METHODS, rank_statements, similarity_for, write_ptkb_run
 
-        spec = similarity_for(self.encoder, self.kind)
+        spec = similarity_for(self.encoder, self.kind, self.dtype)
         write_ptkb_run(rank_statements(self.turns, self.records, spec), self.out, tag=f"{self.experiment}-ptkb")
         for name, path in self.baselines.items():
             ranked, _ = PTKB_METHODS.get(name).rank(self.turns, None, None, None)

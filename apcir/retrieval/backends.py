@@ -8,12 +8,14 @@ from typing import Protocol, runtime_checkable
 
 import scipy.sparse as sp
 
+from apcir.console import warn
 from apcir.contract.records import Run
 from apcir.contract.reformulations import QueryInput
 from apcir.errors import ApcirError
 from apcir.retrieval.encoder import SpladeEncoder, TextEncoder, canonical_model_name, make_encoder
 from apcir.retrieval.location import is_milvus, parse_milvus
 from apcir.retrieval.manifest import IndexManifest, is_foreign_lucene, read_manifest
+from apcir.retrieval.precision import stored_dtype
 from apcir.retrieval.registry import BACKENDS, BARE_LUCENE
 
 
@@ -69,6 +71,7 @@ def open_index(
     threads: int = 2,
     backend: str | None = None,
     batch_size: int = 32,
+    dtype: str | None = "auto",
 ) -> Backend:
     """Open the index at ``index_dir`` with the backend its manifest names.
 
@@ -78,7 +81,9 @@ def open_index(
     index's model is refused. A Lucene index without an apcir manifest (e.g. one
     the iKAT organisers distribute) opens as BM25, or, with
     ``backend="lucene-splade"`` and an ``encoder``, as an impact index queried
-    with that encoder (apcir cannot check that the index was built with the same model).
+    with that encoder (apcir cannot check that the index was built with the same model). ``dtype`` is the
+    query encoder's precision; one other than the one the index's passages were encoded in is reported (a
+    warning, one line: the scores move a little, see docs/performance.md).
     """
     folder = locate(index_dir)
     if not folder.is_dir():
@@ -96,7 +101,7 @@ def open_index(
                     "with (--encoder, e.g. naver/splade-v3)", path=folder,
                 )
             query_encoder = (encoder if isinstance(encoder, TextEncoder)
-                             else SpladeEncoder(encoder, device=device, batch_size=batch_size))
+                             else SpladeEncoder(encoder, device=device, batch_size=batch_size, dtype=dtype))
         return spec.call("open", folder, None, query_encoder, threads=threads)  # type: ignore[no-any-return]
     manifest = read_manifest(folder)
     if is_milvus(index_dir):  # searched where it was reached (another port or host than the build's, maybe)
@@ -118,15 +123,27 @@ def open_index(
         if isinstance(encoder, TextEncoder) or encoder:
             raise ApcirError(f"{folder} is a {spec.name} index; it takes no query encoder", path=folder)
         return spec.call("open", folder, manifest, None, threads=threads)  # type: ignore[no-any-return]
-    return spec.call(  # type: ignore[no-any-return]
-        "open", folder, manifest, _matching_encoder(folder, manifest, spec.encoder, encoder, device, batch_size),
-        threads=threads,
-    )
+    query_encoder = _matching_encoder(folder, manifest, spec.encoder, encoder, device, batch_size, dtype)
+    if manifest.source == "texts":
+        check_query_dtype(manifest, query_encoder, folder)
+    return spec.call("open", folder, manifest, query_encoder, threads=threads)  # type: ignore[no-any-return]
+
+
+def check_query_dtype(manifest: IndexManifest, encoder: TextEncoder, folder: Path) -> bool:
+    """Warn (one line) when queries are encoded in another precision than the index's passages; True if so."""
+    passages = stored_dtype(manifest.dtype)
+    queries = getattr(encoder, "dtype", passages)
+    if queries == passages:
+        return False
+    warn(f"{folder}: its passages were encoded in {passages} and the queries are encoded in {queries}; scores "
+         f"move a little (see Performance in the docs): for the index's own numbers give --dtype {passages} "
+         "(retrieval.dtype)")
+    return True
 
 
 def _matching_encoder(
     folder: Path, manifest: IndexManifest, kind: str, encoder: TextEncoder | str | None, device: str | None,
-    batch_size: int = 32,
+    batch_size: int = 32, dtype: str | None = "auto",
 ) -> TextEncoder:
     if manifest.model is None:
         raise ApcirError("the index manifest names no model", path=folder)
@@ -142,6 +159,7 @@ def _matching_encoder(
             response_max_length=manifest.response_max_length or 256,
             doc_max_length=manifest.doc_max_length or 256,
             batch_size=batch_size,
+            dtype=dtype,
         )
     name = encoder.name if isinstance(encoder, TextEncoder) else canonical_model_name(encoder)
     if name != manifest.model:
@@ -152,4 +170,4 @@ def _matching_encoder(
         )
     if isinstance(encoder, TextEncoder):
         return encoder
-    return _matching_encoder(folder, manifest, kind, None, device, batch_size)
+    return _matching_encoder(folder, manifest, kind, None, device, batch_size, dtype)

@@ -2,7 +2,7 @@
 
 Work in progress lives in ``<out>/_build/``:
 
-    plan.json                        model, passage budget, collection fingerprint, shard count
+    plan.json                        model, passage budget, precision, collection fingerprint, shard count
     shard-00003-of-00008/chunk-000012.npz, .ids   encoded vectors, ``chunk_size`` passages each
                                      (``.npy``: dense embeddings, for the dense backends)
     shard-00003-of-00008/done.json   written when the shard is complete
@@ -14,6 +14,12 @@ re-run with the same arguments skips the chunks on disk. ``build_index``
 without ``shard`` encodes whatever shards of the plan are missing (all of them
 for a one-machine build: one shard) and merges them into the index, then
 removes ``_build``. The manifest is written last.
+
+The encoder is handed the chunks one after another (:meth:`~apcir.retrieval.encoder.TextEncoder.encode_chunks`):
+the SPLADE encoder reads and tokenises the next chunk in its worker while it encodes this one, and sorts each
+chunk by length into batches (so batches are length-sorted over ``chunk_size`` passages; sorting across
+chunks would hold a shard in memory or lose the chunk as the unit of resuming, and gains little: see
+docs/performance.md). Every shard encodes in the precision the plan records.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import json
 import os
 import shutil
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +47,14 @@ from apcir.datasets.registry import collection_path
 from apcir.datasets.store import OFFSETS, build_offsets
 from apcir.errors import ApcirError
 from apcir.io import atomic_write, check_unicode, write_json, write_text
-from apcir.retrieval.encoder import DEFAULT_MODEL, SpladeEncoder, TextEncoder, canonical_model_name, make_encoder
+from apcir.retrieval.encoder import (
+    DEFAULT_MODEL,
+    SpladeEncoder,
+    TextEncoder,
+    canonical_model_name,
+    make_encoder,
+    resolve_device,
+)
 from apcir.retrieval.location import is_milvus, parse_milvus
 from apcir.retrieval.manifest import (
     MANIFEST,
@@ -50,6 +64,7 @@ from apcir.retrieval.manifest import (
     now_iso,
     write_manifest,
 )
+from apcir.retrieval.precision import check_dtype, resolve_dtype, stored_dtype
 from apcir.retrieval.registry import BACKENDS, ENCODER_KINDS, BackendSpec
 
 WORK = "_build"
@@ -79,6 +94,8 @@ class BuildPlan(BaseModel):
     chunk_size: int
     collection: CollectionInfo
     encoder_kind: str = "splade"
+    dtype: str = "float32"
+    """The precision every shard encodes in (a plan from before apcir recorded it: float32, as all were)."""
 
 
 def parse_shard(text: str | tuple[int, int] | None) -> tuple[int, int] | None:
@@ -113,6 +130,7 @@ def build_index(
     overwrite: bool = False,
     progress: bool = True,
     vectors_from: str | Path | None = None,
+    dtype: str | None = "auto",
 ) -> BuildResult:
     """Build (or resume, or confirm up to date) an index of a collection.
 
@@ -127,6 +145,10 @@ def build_index(
     index of the same collection and model (``embedded`` for SPLADE backends,
     ``dense`` for dense ones) whose passage vectors are reused instead of
     encoding again (e.g. to build ``lucene-splade`` or ``dense-faiss`` from it).
+    ``dtype``: the encoder's precision (:mod:`apcir.retrieval.precision`); ``auto`` continues an unfinished
+    build in the precision its plan records (the shards of one index are encoded in one precision), and
+    accepts an up-to-date index whatever its precision; a precision named explicitly must be the plan's
+    and the index's.
     """
     started = time.perf_counter()
     spec = BACKENDS.get(backend)
@@ -141,22 +163,25 @@ def build_index(
     if spec.encoder is None and shard_spec is not None:
         raise ApcirError(f"--shard splits the encoding of passages; a {backend} index is built in one go")
     model = None
+    requested = check_dtype(dtype)
     if spec.encoder is not None:
         if isinstance(encoder, TextEncoder) and encoder.kind != spec.encoder:
             raise ApcirError(f"a {backend} index needs a {spec.encoder} encoder, not a {encoder.kind} one")
         model = encoder.name if isinstance(encoder, TextEncoder) else canonical_model_name(encoder)
         if isinstance(encoder, TextEncoder):
             doc_max_length = encoder.doc_max_length
+            requested = encoder.dtype
     loaded = encoder if isinstance(encoder, TextEncoder) else None
     kind = spec.encoder
+    precision = {"dtype": resolve_dtype(requested, resolve_device(device))}  # the plan's, once it is known
 
     def get_encoder() -> TextEncoder:
         nonlocal loaded
-        if loaded is None:
+        if loaded is None or (loaded is not encoder and loaded.dtype != precision["dtype"]):
             if kind is None:
                 raise ApcirError(f"a {backend} index takes no encoder")
             loaded = make_encoder(kind, str(encoder), device=device, doc_max_length=doc_max_length,
-                                  batch_size=batch_size)
+                                  batch_size=batch_size, dtype=precision["dtype"])
         return loaded
 
     # a database backend asks the server what it can do, and creates the collection, before any work
@@ -165,6 +190,12 @@ def build_index(
 
     if (out / MANIFEST).exists():
         status = index_status(out, path, backend, model, doc_max_length)
+        if status.up_to_date and not overwrite and spec.encoder is not None and requested != "auto":
+            recorded = stored_dtype(status.manifest.dtype if status.manifest else None)
+            if recorded != requested:
+                raise ApcirError(f"an index already exists here and differs: its passages were encoded in "
+                                 f"{recorded}, not {requested}; pass --overwrite to encode them again (or leave "
+                                 "--dtype out to use it as it is)", path=out)
         if status.up_to_date and not overwrite:
             if not (out / OFFSETS).exists():  # an index from before passage offsets were kept beside it
                 build_offsets(path, out / OFFSETS)
@@ -179,15 +210,26 @@ def build_index(
         return _build_from_texts(spec, path, name, out, threads, started)
 
     info = _collection_info(out, name, path)
+    if vectors_from is not None:  # the vectors keep the precision they were encoded in
+        source = index_status(vectors_from, path, ENCODER_KINDS.get(spec.encoder).index_backend, model,
+                              doc_max_length)
+        if source.manifest is not None:
+            copied = stored_dtype(source.manifest.dtype)
+            if requested not in ("auto", copied):
+                raise ApcirError(f"--vectors-from: its passages were encoded in {copied}, not {requested}",
+                                 path=Path(vectors_from))
+            requested = copied
     plan = _ensure_plan(
         out,
         BuildPlan(
             backend=backend, model=str(model), doc_max_length=doc_max_length,
             shards=shard_spec[1] if shard_spec else 1, chunk_size=chunk_size, collection=info,
-            encoder_kind=spec.encoder,
+            encoder_kind=spec.encoder, dtype=resolve_dtype(requested, resolve_device(device)),
         ),
         explicit_shards=shard_spec is not None,
+        explicit_dtype=requested != "auto",
     )
+    precision["dtype"] = plan.dtype  # an unfinished build continues in the precision it began in
     if vectors_from is not None:
         if shard_spec is not None or plan.shards != 1:
             raise ApcirError("--vectors-from reuses a whole index; it cannot be combined with --shard")
@@ -379,16 +421,19 @@ def _collection_info(out: Path, name: str, path: Path) -> CollectionInfo:
     return CollectionInfo.of(name, path)
 
 
-def _ensure_plan(out: Path, plan: BuildPlan, explicit_shards: bool) -> BuildPlan:
+def _ensure_plan(out: Path, plan: BuildPlan, explicit_shards: bool, explicit_dtype: bool = False) -> BuildPlan:
     work = out / WORK
     work.mkdir(parents=True, exist_ok=True)
     plan_file = work / "plan.json"
     if plan_file.exists():
         existing = BuildPlan.model_validate_json(plan_file.read_text(encoding="utf-8"))
-        # a resumed build keeps the recorded chunk size, and the shard count unless --shard names one
+        # a resumed build keeps the recorded chunk size, the shard count unless --shard names one, and the
+        # precision unless --dtype names one (so that a merge on a machine without a GPU continues a GPU build)
         update: dict[str, Any] = {"chunk_size": existing.chunk_size}
         if not explicit_shards:
             update["shards"] = existing.shards
+        if not explicit_dtype:
+            update["dtype"] = existing.dtype
         plan = plan.model_copy(update=update)
         mine, theirs = plan.model_dump(), existing.model_dump()
         mine["collection"].pop("mtime_ns"), theirs["collection"].pop("mtime_ns")
@@ -433,25 +478,32 @@ def _encode_shard(path: Path, work: Path, plan: BuildPlan, index: int, get_encod
     encoder: TextEncoder = get_encoder()
     label = f"encoding passages (shard {index}/{plan.shards})" if plan.shards > 1 else "encoding passages"
     encoded = 0
-    group = encoder.batch_size * 8
-    with progress_bar(label, total, enabled=progress and total - skip > encoder.batch_size) as advance:
-        advance(min(skip, total))
+    pending: deque[list[str]] = deque()  # ids of the chunks handed to the encoder, in order
+
+    def chunks() -> Iterator[list[str]]:
+        """The texts of the chunks still to encode (the encoder may read them in its worker, ahead of it)."""
         ids: list[str] = []
         texts: list[str] = []
-        number = done
         for ordinal, (_, passage) in enumerate(iter_shard(path, index, plan.shards)):
             if ordinal < skip:
                 continue
             ids.append(passage.id)
             texts.append(passage.contents)
             if len(ids) == plan.chunk_size:
-                _write_chunk(folder, number, ids, _encode_groups(encoder, texts, group, advance), plan.encoder_kind)
-                encoded += len(ids)
-                number, ids, texts = number + 1, [], []
+                pending.append(ids)
+                yield texts
+                ids, texts = [], []
         if ids:
-            _write_chunk(folder, number, ids, _encode_groups(encoder, texts, group, advance), plan.encoder_kind)
+            pending.append(ids)
+            yield texts
+
+    with progress_bar(label, total, enabled=progress and total - skip > encoder.batch_size) as advance:
+        advance(min(skip, total))
+        for number, matrix in enumerate(encoder.encode_chunks(chunks(), advance=advance), start=done):
+            ids = pending.popleft()
+            _write_chunk(folder, number, ids, matrix, plan.encoder_kind)
             encoded += len(ids)
-    write_json(folder / "done.json", {"passages": total})
+    write_json(folder / "done.json", {"passages": total, "dtype": plan.dtype})
     return encoded
 
 
@@ -474,15 +526,6 @@ def _copy_vectors(source: Path, path: Path, plan: BuildPlan, work: Path) -> None
 
 
 Vectors: TypeAlias = sp.csr_matrix | np.ndarray
-
-
-def _encode_groups(encoder: TextEncoder, texts: list[str], group: int, advance: Any) -> Vectors:
-    blocks = []
-    for start in range(0, len(texts), group):
-        part = texts[start : start + group]
-        blocks.append(encoder.encode_documents(part, progress=False))
-        advance(len(part))
-    return ENCODER_KINDS.get(encoder.kind).stack(blocks)
 
 
 def _write_chunk(folder: Path, number: int, ids: list[str], matrix: Vectors, kind: str = "splade") -> None:
@@ -541,6 +584,7 @@ def _merge(out: Path, plan: BuildPlan, encoder: TextEncoder, spec: BackendSpec, 
         response_max_length=encoder.response_max_length,
         doc_max_length=encoder.doc_max_length,
         vocab_size=getattr(encoder, "vocab_size", None),
+        dtype=plan.dtype,
         collection=plan.collection,
         passages=len(ids),
         build_seconds=round(time.perf_counter() - started, 3),

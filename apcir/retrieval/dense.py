@@ -41,6 +41,7 @@ from apcir.io import atomic_write, read_text, write_text
 from apcir.retrieval.embedded import check_k
 from apcir.retrieval.encoder import TextEncoder, resolve_model_location
 from apcir.retrieval.manifest import IndexManifest
+from apcir.retrieval.precision import torch_dtype
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -66,9 +67,10 @@ class DenseEncoder(TextEncoder):
         response_max_length: int = 256,
         doc_max_length: int = 256,
         batch_size: int = 32,
+        dtype: str | None = "auto",
     ) -> None:
-        super().__init__(model, device, query_max_length, response_max_length, doc_max_length, batch_size)
-        self.model = _load_dense_encoder(model, self.device)
+        super().__init__(model, device, query_max_length, response_max_length, doc_max_length, batch_size, dtype)
+        self.model = _load_dense_encoder(model, self.device).to(torch_dtype(self.dtype))
         self.tokenizer = self.model.tokenizer
         self.check_lengths(getattr(getattr(self.model[0], "auto_model", None), "config", None))
         dimension = self.model.get_embedding_dimension()

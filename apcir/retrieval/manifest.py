@@ -1,8 +1,8 @@
 """The manifest every apcir index carries (``manifest.json``), and whether an index is up to date.
 
 The manifest is written last, so a directory with a manifest holds a complete
-index. It records the backend, the SPLADE model and its length budgets, the
-collection (path, size, modification time, SHA-256) and counts.
+index. It records the backend, the SPLADE model, its length budgets and the precision it
+encoded the passages in, the collection (path, size, modification time, SHA-256) and counts.
 """
 
 from __future__ import annotations
@@ -61,6 +61,9 @@ class IndexManifest(BaseModel):
     doc_max_length: int | None = None
     vocab_size: int | None = None
     dimension: int | None = Field(None, description="dense backends: embedding size")
+    dtype: str | None = None
+    """The precision the passages were encoded in (float32, bfloat16, float16); None: an index from before apcir
+    recorded it (float32), or one not encoded by apcir (BM25, precomputed vectors)."""
     collection: CollectionInfo
     passages: int
     nonzeros: int | None = None
@@ -84,6 +87,8 @@ class IndexManifest(BaseModel):
             what = f"precomputed {self.weights} vectors in the file's own vocabulary"
         else:
             what = f"BM25 k1={self.bm25_k1} b={self.bm25_b}"
+        if self.dtype not in (None, "float32"):
+            what += f", encoded in {self.dtype}"
         where = f" at {self.location}" if self.location else ""
         return f"{self.backend} index of {self.collection.name}{where} ({self.passages} passages, {what})"
 

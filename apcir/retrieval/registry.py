@@ -38,7 +38,7 @@ class EncoderKindSpec:
     name: str
     description: str
     encoder: str
-    """``module:Class`` of the encoder (``Class(model, device=..., query_max_length=..., ...)``)."""
+    """``module:Class`` of the encoder (``Class(model, device=..., dtype=..., query_max_length=..., ...)``)."""
     sparse: bool
     index_backend: str
     vectors_of: str

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from apcir.retrieval.precision import DTYPE_HELP, Dtype
 from apcir.retrieval.registry import BACKENDS
 
 
@@ -19,8 +20,12 @@ class RetrievalSettings(BaseModel):
     encoder: str = Field("splade-tiny", description="the model that encodes passages and queries (not used by BM25)")
     k: int = Field(1000, ge=1, description="passages retrieved per list")
     batch_size: int = Field(
-        32, ge=1, description="texts per forward pass of the query encoder; its memory is batch x length x "
-        "vocabulary floats (32 x 322 x 30,522 x 4 B = 1.26 GB for SPLADE queries): lower it on a small machine",
+        32, ge=1, description="texts per forward pass of the query encoder; a SPLADE batch holds batch x 64 x "
+        "vocabulary logits at a time (32 x 64 x 30,522 x 4 B = 250 MB in float32): lower it on a small machine",
+    )
+    dtype: Dtype = Field(
+        "auto", description=f"precision of the encoder (queries, passages when the index is built, PTKB "
+        f"statements): {DTYPE_HELP}; the index records the one its passages were encoded in",
     )
     passages: str | None = Field(
         None, description="collection JSONL with passage texts for the submission (default: `collection`)"

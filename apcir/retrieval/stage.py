@@ -39,7 +39,7 @@ def ensure_index(settings: RetrievalSettings, *, progress: bool = True) -> tuple
         if settings.collection is None:
             return locate(settings.index), f"{settings.index} (no collection configured: used as it is)"
         result = build_index(settings.collection, settings.backend, settings.index, settings.encoder,
-                             progress=progress)
+                             progress=progress, dtype=settings.dtype)
         return result.out_dir, result.message
     index_dir = Path(settings.index).expanduser()
     if is_foreign_lucene(index_dir):
@@ -48,7 +48,8 @@ def ensure_index(settings: RetrievalSettings, *, progress: bool = True) -> tuple
         if not index_dir.exists():
             raise ApcirError("index directory not found and no collection configured to build it", path=index_dir)
         return index_dir, f"{index_dir} (no collection configured: used as it is)"
-    result = build_index(settings.collection, settings.backend, index_dir, settings.encoder, progress=progress)
+    result = build_index(settings.collection, settings.backend, index_dir, settings.encoder, progress=progress,
+                         dtype=settings.dtype)
     return index_dir, result.message
 
 
@@ -57,7 +58,17 @@ def open_backend(settings: RetrievalSettings, index_dir: Path) -> Backend:
     configured location, which may be another address than the one it was built through)."""
     where: str | Path = settings.index if is_milvus(settings.index) else index_dir
     return open_index(where, settings.encoder if settings.uses_encoder else None, backend=settings.backend,
-                      batch_size=settings.batch_size)
+                      batch_size=settings.batch_size, dtype=settings.dtype)
+
+
+def resolved_dtype(settings: RetrievalSettings) -> str | None:
+    """The precision the configured encoder runs in on this machine (``auto`` resolved), None without one."""
+    if not settings.uses_encoder:
+        return None
+    from apcir.retrieval.encoder import default_device
+    from apcir.retrieval.precision import resolve_dtype
+
+    return resolve_dtype(settings.dtype, default_device())
 
 
 def list_queries(records: Mapping[str, ReformulationRecord], field: str) -> dict[str, QueryInput]:
@@ -255,13 +266,16 @@ class RetrieveStage(Stage):
     """The run tags are ``<experiment>-<key>``."""
     outs: dict[str, Path] = an_output()
     records: dict[str, ReformulationRecord] = not_an_input()
+    dtype: str | None = None
+    """The query encoder's precision, resolved on this machine (None: no encoder)."""
 
     @classmethod
     def of(cls, label: str, settings: RetrievalSettings, index: Path, reformulations: Path,
            records: dict[str, ReformulationRecord], fields: dict[str, str], outs: dict[str, Path],
            experiment: str) -> RetrieveStage:
         return cls(label, reformulations, index, settings.k, settings.backend,
-                   settings.encoder if settings.uses_encoder else None, fields, experiment, outs, records)
+                   settings.encoder if settings.uses_encoder else None, fields, experiment, outs, records,
+                   resolved_dtype(settings))
 
     @property
     def name(self) -> str:

@@ -142,3 +142,12 @@ def test_a_directory_given_as_queries_is_named_as_one(files, t5, run_cli):
                            "--collection", str(files / "c.jsonl"), "--model", str(t5), "--device", "cpu",
                            "--out", str(files / "out.run"), "--no-progress")
     assert code == 2 and "qdir: " in err and "is a directory, not a file" in err and "not found" not in err
+
+
+def test_rerank_takes_a_precision_from_the_command_line(files, t5, run_cli):
+    code, out, err = run_cli(*args(files, t5, "--depth", "5", "--out", str(files / "half.run"), "--dtype",
+                                   "bfloat16", "--json"))
+    assert code == 0, err
+    assert json.loads(out)["passages_reranked"] == 10
+    code, _, err = run_cli(*args(files, t5, "--out", str(files / "bad.run"), "--dtype", "half"))
+    assert code == 2 and "--dtype 'half'" in err and "'auto', 'float32', 'bfloat16' or 'float16'" in err

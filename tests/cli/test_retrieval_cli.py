@@ -178,3 +178,36 @@ def test_provenance_qrels_are_reproducible(tmp_path):
     assert all(pid in ids for judged in qrels.values() for pid in judged)
     assert all(any(g >= 1 for g in judged.values()) for judged in qrels.values())
     assert restrict_qrels({"t_1": {"a": 0, "b": 2, "c": 3}, "t_2": {"a": 0}}, {"a", "b"}) == {"t_1": {"a": 0, "b": 2}}
+
+
+def test_dtype_from_the_command_line_reaches_the_index_and_the_query_encoder(run_cli, small_index, tmp_path):
+    collection, _ = small_index
+    few = write_collection(tmp_path / "few.jsonl", [json.loads(line) for line in collection.read_text().splitlines()[:6]])
+    out = tmp_path / "half"
+    code, stdout, stderr = run_cli("index", "build", "--collection", str(few), "--encoder", "splade-tiny",
+                                   "--out", str(out), "--dtype", "bfloat16", "--device", "cpu")
+    assert code == 0, stderr
+    assert json.loads((out / "manifest.json").read_text())["dtype"] == "bfloat16"
+    assert "encoded in bfloat16" in stdout
+    queries = tmp_path / "q.tsv"
+    queries.write_text("9-1_3\tcomputer science universities\n")
+    code, _, stderr = run_cli("retrieve", "--index", str(out), "--queries", str(queries), "--k", "3",
+                              "--out", str(tmp_path / "run.trec"), "--device", "cpu")
+    assert code == 0 and "passages were encoded in bfloat16 and the queries are encoded in float32" in stderr
+    code, _, stderr = run_cli("retrieve", "--index", str(out), "--queries", str(queries), "--k", "3",
+                              "--out", str(tmp_path / "run2.trec"), "--device", "cpu", "--dtype", "bfloat16")
+    assert code == 0 and "encoded in" not in stderr
+    code, _, stderr = run_cli("index", "build", "--collection", str(few), "--encoder", "splade-tiny",
+                              "--out", str(out), "--dtype", "float32")
+    assert code == 2 and "encoded in bfloat16, not float32; pass --overwrite" in stderr
+
+
+@pytest.mark.parametrize("command", [["index", "build", "--collection", "c.jsonl", "--out", "x"],
+                                     ["retrieve", "--index", "x", "--queries", "q.tsv", "--out", "r"],
+                                     ["rank-ptkb", "--topics", "ikat23-test", "--out", "p.run"],
+                                     ["baseline", "entropy", "--runs", "a.run", "--out", "b.run"]])
+def test_an_unknown_dtype_is_one_line_before_any_work(run_cli, tmp_path, command, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, stderr = run_cli(*command, "--dtype", "half")
+    assert code == 2 and "dtype 'half' is not a precision apcir knows" in stderr
+    assert len([line for line in stderr.splitlines() if line.strip()]) == 1

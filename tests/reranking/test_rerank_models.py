@@ -240,3 +240,33 @@ def test_an_empty_list_of_systems_is_refused():
     with pytest.raises(ValueError, match="no system to re-rank"):
         RerankSettings(systems=[])
     assert RerankSettings(systems="all").systems == "all"
+
+
+@pytest.mark.parametrize("reranker", ["monot5", "cross-encoder"])
+def test_the_precision_is_a_setting_and_bfloat16_stays_close_to_float32(t5, cross, reranker):
+    import torch
+
+    from apcir.reranking.stage import load_reranker
+
+    model = str(t5 if reranker == "monot5" else cross)
+    docs = dict(list(DOCS.items())[:6])
+    pairs = [(QUERY, text) for text in docs.values()]
+    scores = {}
+    for dtype in ("auto", "bfloat16"):
+        loaded = load_reranker(RerankSettings(reranker=reranker, model=model, device="cpu", dtype=dtype))
+        scorer = loaded._score.__self__  # the MonoT5 / CrossEncoderScorer behind the pointwise re-ranker
+        network = scorer.model if reranker == "monot5" else scorer.model.model
+        assert scorer.dtype == ("float32" if dtype == "auto" else "bfloat16")  # auto on a CPU: float32
+        assert next(network.parameters()).dtype == getattr(torch, scorer.dtype)
+        scores[dtype] = np.array(loaded._score(pairs))
+    assert np.isfinite(scores["bfloat16"]).all()
+    assert np.abs(scores["bfloat16"] - scores["auto"]).max() < 0.05 * (np.abs(scores["auto"]).max() + 1)
+
+
+def test_non_finite_scores_are_one_line_naming_the_precision():
+    from apcir.reranking.base import check_finite
+
+    check_finite([0.5, -3.0], "float16")
+    with pytest.raises(ApcirError, match="non-finite scores in float16 .*T5 overflows in float16; use --dtype "
+                                         "bfloat16 or float32"):
+        check_finite([0.5, float("nan")], "float16", "T5 overflows in float16; ")

@@ -12,6 +12,8 @@ from apcir.errors import ApcirError
 from apcir.metrics import evaluate
 from apcir.reformulation.offline import heuristic_record
 from apcir.responses.ptkb import as_run, bm25_similarity, load_ptkb_run, rank_by, rank_statements, write_ptkb_run
+from apcir.retrieval.encoder import default_device
+from apcir.retrieval.precision import resolve_dtype
 
 TURNS = datasets.topics("ikat23-test")
 
@@ -110,3 +112,38 @@ def test_reformulations_that_miss_topic_turns_are_counted(run_cli, tmp_path):
     assert code == 0, err
     n = len(datasets.topics("ikat24-test"))
     assert f"none of the {n} topic turn(s) has a record in the reformulations given (2 records" in " ".join(err.split())
+
+
+def test_the_ptkb_encoder_runs_in_the_precision_asked_for(monkeypatch):
+    pytest.importorskip("sentence_transformers")
+    from apcir.retrieval.registry import EncoderKindSpec
+
+    made = []
+    real = EncoderKindSpec.make
+
+    def spy(self, model, **settings):
+        encoder = real(self, model, **settings)
+        made.append(encoder.dtype)
+        return encoder
+
+    monkeypatch.setattr(EncoderKindSpec, "make", spy)
+    turns = [t for t in TURNS if t.ptkb][:2]
+    ranked, how = rank_by("apcir", turns, {}, "splade-tiny", None, "bfloat16")
+    assert made == ["bfloat16"] and set(ranked) == {t.turn_id for t in turns} and "splade-tiny" in how
+    rank_by("apcir", turns, {}, "splade-tiny")
+    assert made == ["bfloat16", resolve_dtype("auto", default_device())]  # float32 on a CPU
+
+
+def test_apcir_run_gives_the_ptkb_stage_the_retrieval_precision(tmp_path):
+    pytest.importorskip("torch")
+    from apcir.contract.layout import RunLayout
+    from apcir.experiment import plan
+    from apcir.experiment.config import validate_config
+
+    base = {"name": "x", "evaluation": {"qrels": "ikat23-test-provenance"}}
+    for given, resolved in (({}, resolve_dtype("auto", default_device())), ({"dtype": "bfloat16"}, "bfloat16")):
+        config = validate_config({**base, "retrieval": given})
+        stage = plan.ptkb(config, RunLayout(tmp_path), TURNS[:2], {})
+        assert stage.dtype == resolved
+    bm25 = validate_config({**base, "retrieval": {"backend": "lucene-bm25", "dtype": "bfloat16"}})
+    assert plan.ptkb(bm25, RunLayout(tmp_path), TURNS[:2], {}).dtype is None
