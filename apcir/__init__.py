@@ -32,6 +32,12 @@ __version__ = "0.1.0"
 # value the user set is kept.
 for _name in ("OMP_DYNAMIC", "MKL_DYNAMIC"):
     _os.environ.setdefault(_name, "FALSE")
+# ... and a model must compute the same bits whatever ran before it in the process. Numba's OpenMP layer loads the
+# system's libgomp; when one of apcir's parallel kernels (the weight search, the retrieval engine) ran before
+# torch was loaded, torch then ran on that libgomp instead of its own, and a model's outputs changed in their last
+# bits (a run resumed at the fusion stage gave other entropy weights than an uninterrupted one). Numba's own
+# work-queue layer loads no OpenMP at all: as fast here (benchmarks/fusion.py), and torch always has its own.
+_os.environ.setdefault("NUMBA_THREADING_LAYER", "workqueue")
 
 __all__ = [
     "Experiment",

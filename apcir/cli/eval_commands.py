@@ -16,7 +16,7 @@ from apcir.contract.runs import read_run_file
 from apcir.errors import ApcirError
 from apcir.evaluation.nugget_matchers import MatcherSettings
 from apcir.evaluation.nugget_registry import DEFAULT_MATCHER, MATCHERS
-from apcir.evaluation.responses import ResponseMetrics, evaluate_responses
+from apcir.evaluation.responses import ResponseMetrics, evaluate_responses, warn_outside_topics
 from apcir.evaluation.settings import JudgeSettings
 from apcir.evaluation.stage import compare_runs
 from apcir.ids import natural_key
@@ -262,8 +262,10 @@ def _nugget_leaderboard(responses: list[str], topics: str, nuggets: str, matcher
     for option, name in (("--matcher", matcher), ("--compare-matcher", compare_matcher)):
         checked(option, MATCHERS.validate, name)
     checked("--encoder", check_encoder, encoder)
-    gold = load_nuggets(nuggets, {t.turn_id for t in datasets.topics(topics)})
+    topic_ids = {t.turn_id for t in datasets.topics(topics)}
+    gold = load_nuggets(nuggets, topic_ids)
     runs = load_response_runs(responses)
+    warn_outside_topics({run: list(texts) for run, texts in runs.items()}, topic_ids, topics)
     report = score_runs(gold, runs, matcher, matcher_settings(tau, encoder, model, per_nugget, given, learned_model),
                         baseline=baseline, compare_matcher=compare_matcher,
                         levels=datasets.levels(levels) if levels else None)

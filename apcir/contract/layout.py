@@ -19,6 +19,33 @@ RUN_SUFFIX = ".run.gz"
 """Lists and systems are written gzipped (read transparently everywhere runs are read); ``fused.run``, the run a
 user submits and reads, is plain text."""
 
+VOLATILE_FILES: dict[str, str] = {
+    "timings.json": "the seconds each stage took in this invocation (a reused stage: 0)",
+    "stages.json": "each stage's input fingerprint (the same for the same inputs) and the seconds it took",
+    "environment.json": "the machine, Python, library versions and git commit that made the run, and the index's "
+                        "manifest (its path, when it was built, how long that took)",
+    "*.summary.json": "what a reformulation or response stage did in its last invocation: seconds, LLM requests, "
+                      "cache hits, cost, when it ran and the paths it was given",
+    ".*.lock": "the lock of an output (``.apcir.lock``: the run directory's): which process held it last, on which "
+               "host, until when",
+    "error.log": "the traceback of an internal error, where one happened",
+}
+"""The files of a run directory that exist to record times, machines or paths: they may differ between two runs
+of the same experiment (a killed-then-resumed one too), matched by file name anywhere under the run directory.
+Every other file of ``apcir run``, ``apcir report`` and ``apcir inspect`` is the same bytes for the same inputs and
+settings: figures carry no creation date (``SOURCE_DATE_EPOCH``'s where it is set), gzip and ``.npz`` archives no
+time of writing, no output an absolute path it was not given. One more exception, inside records: a turn an LLM
+answered keeps the ``seconds`` its request took, whether the answer was ``cached`` and the requests it cost
+(``usage.requests``, 0 from the cache); the answer itself is the cache's on a re-run. An offline run, such as the
+demo, has none of those to differ."""
+
+
+def is_volatile(path: Path) -> bool:
+    """Whether ``path`` (in a run directory) is one of :data:`VOLATILE_FILES`."""
+    from fnmatch import fnmatchcase
+
+    return any(fnmatchcase(Path(path).name, pattern) for pattern in VOLATILE_FILES)
+
 
 @dataclass(frozen=True)
 class RunLayout:

@@ -136,7 +136,7 @@ def gather(run_dirs: list[Path]) -> dict[str, Any]:
         responses = load_responses(run_dir / "responses.jsonl") if (run_dir / "responses.jsonl").exists() else {}
         pathways = _pathways(run_dir / "responses.pathways.jsonl")
         measures = metrics.measures if metrics is not None else []
-        runs.append({"name": name, "dir": str(run_dir), "measures": measures,
+        runs.append({"name": name, "measures": measures,
                      "systems": [s for s in systems if metrics is None or s in metrics.systems] or list(systems),
                      "labels": {s: r.label for s, r in metrics.systems.items()} if metrics else {}})
         per_run.append({"config": config, "records": records, "lists": lists, "systems": systems, "fused": fused,
@@ -190,10 +190,14 @@ def gather(run_dirs: list[Path]) -> dict[str, Any]:
         "runs": runs,
         "turns": turns_out,
         "passages": [ids[i] for i in range(len(ids))],
-        "texts": {passages[p]: t[:TEXT_CHARS] + ("..." if len(t) > TEXT_CHARS else "") for p, t in texts.items()
-                  if p in passages},
+        # in the passages' order, never in the order a set of ids was asked in (which differs between processes)
+        "texts": {index: _trimmed(texts[pid]) for index, pid in sorted(ids.items()) if pid in texts},
         "grades": {t: {passages[p]: g for p, g in judged.items() if p in passages} for t, judged in grades.items()},
     }
+
+
+def _trimmed(text: str) -> str:
+    return text[:TEXT_CHARS] + ("..." if len(text) > TEXT_CHARS else "")
 
 
 def write_inspector(run_dirs: list[Path], out: Path) -> Path:

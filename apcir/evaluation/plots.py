@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from apcir.evaluation.results import RunMetrics
-from apcir.io import atomic_write
+from apcir.io import atomic_write, source_date_epoch
 
 # Okabe & Ito (2008), then Paul Tol's muted scheme: 16 colours, all distinguishable with colour-blindness.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000",
@@ -39,16 +39,26 @@ def _pyplot() -> Any:
     return plt
 
 
+def write_figure(fig: Any, path: Path, **options: Any) -> Path:
+    """``fig`` saved to ``path`` in the format its suffix names, the same bytes for the same figure: no creation
+    date in a PDF (or ``SOURCE_DATE_EPOCH``'s, when it is set), a fixed salt for an SVG's ids; a PNG carries no
+    date anyway. Every figure apcir writes goes through here."""
+    plt = _pyplot()
+    fmt = path.suffix[1:].lower()
+    undated = {"pdf": {"CreationDate": None}, "svg": {"Date": None}}.get(fmt)
+    if source_date_epoch() is not None:  # checked here: matplotlib itself fails on a malformed value
+        undated = None  # matplotlib dates the file SOURCE_DATE_EPOCH
+    with plt.rc_context({"svg.hashsalt": "apcir"}), atomic_write(path, "wb") as handle:
+        fig.savefig(handle, format=fmt, metadata=undated, **options)
+    return path
+
+
 def save(fig: Any, out: Path, stem: str) -> list[Path]:
     """``stem.png`` and ``stem.pdf`` in ``out``."""
     plt = _pyplot()
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", stem).strip("_")
-    paths = []
-    for suffix, options in ((".png", {"dpi": 200}), (".pdf", {})):
-        path = out / f"{stem}{suffix}"
-        with atomic_write(path, "wb") as handle:
-            fig.savefig(handle, format=suffix[1:], bbox_inches="tight", **options)
-        paths.append(path)
+    paths = [write_figure(fig, out / f"{stem}.png", dpi=200, bbox_inches="tight"),
+             write_figure(fig, out / f"{stem}.pdf", bbox_inches="tight")]
     plt.close(fig)
     return paths
 

@@ -24,11 +24,12 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from apcir.evaluation.plots import write_figure
 from apcir.evaluation.responses import ResponseMetrics
 from apcir.evaluation.results import GROUPS, RunMetrics
 from apcir.evaluation.weights_report import WEIGHTS_HEADER, weights_section
 from apcir.fusion.systems import EQUAL, SYSTEMS
-from apcir.io import atomic_write, write_text
+from apcir.io import write_text
 from apcir.metrics.significance import Comparison, SignificanceSettings, compare_with
 from apcir.reranking.registry import RERANKERS
 from apcir.retrieval.registry import BACKENDS
@@ -234,9 +235,8 @@ def plot_levels(runs: list[RunMetrics], out: Path, measure: str = "nDCG@3") -> l
         right.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
         fig.suptitle(run.name)
         fig.tight_layout()
-        path = out / (re.sub(r"[^A-Za-z0-9._-]+", "_", run.name).strip("_") + "-levels.png")
-        with atomic_write(path, "wb") as handle:
-            fig.savefig(handle, dpi=110, format="png")
+        path = write_figure(fig, out / (re.sub(r"[^A-Za-z0-9._-]+", "_", run.name).strip("_") + "-levels.png"),
+                            dpi=110)
         plt.close(fig)
         written.append(path)
     return written
@@ -320,9 +320,7 @@ def plot_grid(runs: list[RunMetrics], out: Path, system: str = "apcir") -> Path:
     axes[0][0].legend(fontsize=7)
     fig.suptitle("retriever x re-ranker (APCIR)")
     fig.tight_layout()
-    path = out / "retriever-x-reranker.png"
-    with atomic_write(path, "wb") as handle:
-        fig.savefig(handle, dpi=110, format="png")
+    path = write_figure(fig, out / "retriever-x-reranker.png", dpi=110)
     plt.close(fig)
     return path
 

@@ -27,6 +27,7 @@ from apcir.errors import ApcirError
 from apcir.evaluation.judge import judge_all
 from apcir.evaluation.nugget_matchers import MatcherSettings
 from apcir.evaluation.nuggets import NuggetSet
+from apcir.ids import natural_key
 from apcir.llm.settings import LLMSettings
 from apcir.metrics import check_judged
 
@@ -231,10 +232,24 @@ def _check_records(responses: Mapping[str, ResponseRecord], ok: Sequence[Turn], 
         bad = next(n for n in cited_numbers(first.text) if n < 1 or n > len(first.passages))
         warn(f"{len(past)} response text(s) cite a number that is no passage of theirs (e.g. turn {first.turn_id}: "
              f"[{bad}] with {len(first.passages)} passage(s))")
-    others = sorted(set(responses) - topic_ids)
-    if others:
-        warn(f"{len(others)} of {len(responses)} response(s) are for turns outside {topics} (e.g. "
-             f"{', '.join(others[:3])}); they are not scored")
+    warn_outside_topics({"": list(responses)}, topic_ids, topics)
+
+
+def warn_outside_topics(runs: Mapping[str, Sequence[str]], topic_ids: set[str], topics: str) -> int:
+    """One warning, with the counts and a few examples, when some responses (the turn ids of each run) are for
+    turns outside the topics: they are left out of every mean (a file that mixes topic sets). A run with no
+    response for the topics at all is left to the callers, whose error says so. Returns how many responses are
+    named."""
+    outside = {run: sorted((t for t in ids if t not in topic_ids), key=natural_key) for run, ids in runs.items()}
+    outside = {run: ids for run, ids in outside.items() if 0 < len(ids) < len(runs[run])}
+    if not outside:
+        return 0
+    counts = [f"{len(ids)} of {len(runs[run])} response(s){f' of run {run}' if run else ''}"
+              for run, ids in outside.items()]
+    examples = [t for ids in outside.values() for t in ids][:3]
+    warn(f"{'; '.join(counts)} are for turns outside {topics} (e.g. {', '.join(dict.fromkeys(examples))}); they are "
+         "left out of every mean")
+    return sum(len(ids) for ids in outside.values())
 
 
 def _means(values: Iterable[dict[str, float]]) -> tuple[dict[str, float], dict[str, int]]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,7 @@ from apcir.contract.reformulations import (
 )
 from apcir.contract.stage import Stage, StageContext, StageResult, an_output
 from apcir.errors import ApcirError
-from apcir.io import RecordAppender, exclusive, read_record_log, write_json
+from apcir.io import RecordAppender, exclusive, read_record_log, timestamp, write_json
 from apcir.llm.accounting import Accounting
 from apcir.llm.batch import BatchSummary, appending, batch_counts, check_resume, summary_path_for
 from apcir.reformulation.registry import accounting_for, reformulator_for
@@ -141,7 +140,7 @@ def _config_snapshot(options: ReformulatorOptions, offline: bool, refresh: bool)
     config: dict[str, Any] = {
         "llm": options.method,
         "offline": offline,
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "created": timestamp(),
         "versions": _versions(),
     }
     if options.method.startswith("file:"):

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -29,7 +28,7 @@ from apcir.contract.records import Turn
 from apcir.contract.reformulations import ReformulationRecord
 from apcir.contract.responses import ResponseRecord
 from apcir.contract.stage import Stage, StageContext, StageResult, an_output, not_an_input
-from apcir.io import RecordAppender, exclusive, read_record_log, write_json
+from apcir.io import RecordAppender, exclusive, read_record_log, timestamp, write_json
 from apcir.llm.accounting import Accounting
 from apcir.llm.batch import BatchSummary, appending, batch_counts, check_resume, summary_path_for
 from apcir.responses.job import ResponseJob
@@ -129,7 +128,7 @@ def _config_snapshot(settings: RespondSettings, offline: bool, refresh: bool) ->
         "offline": offline,
         "top_k": settings.top_k,
         "max_words": settings.max_words,
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "created": timestamp(),
     }
     if offline:
         config["max_sentences"] = settings.max_sentences

@@ -8,7 +8,6 @@ encoded the passages in, the collection (path, size, modification time, SHA-256)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
@@ -16,7 +15,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from apcir.datasets.collection import collection_fingerprint
 from apcir.errors import ApcirError
-from apcir.io import read_text, write_json
+from apcir.io import read_text, timestamp, write_json
 
 MANIFEST = "manifest.json"
 
@@ -99,7 +98,7 @@ def is_foreign_lucene(folder: Path) -> bool:
 
 
 def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
+    return timestamp()
 
 
 def read_manifest(index_dir: Path) -> IndexManifest:

@@ -163,3 +163,28 @@ def test_two_runs_of_apcir_are_named_after_their_directories_or_as_given(run_cli
     code, _, err = run_cli("evaluate-responses", a, a, "--topics", "ikat25-test", "--nuggets", "ikat25-test",
                            "--matcher", "lexical")
     assert code == 2 and "name them NAME=PATH" in err
+def test_responses_partly_for_other_topics_are_named_in_one_warning_and_left_out_of_the_means(run_cli, tmp_path):
+    """A file that mixes topic sets (here three iKAT-24 turns answered with their canonical responses: ROUGE-L 1,
+    which would lift the mean), evaluated on a topics file: one warning with the count and examples, exit 0, and
+    every mean is the mean of the file's own turns alone."""
+    own = records(TURNS, text="A short answer [1].")
+    others = [t for t in datasets.topics("ikat24-test") if t.response.strip()][:3]
+    foreign = {t.turn_id: ResponseRecord(turn_id=t.turn_id, responder="r", text=f"{t.response} [1]",
+                                         passages=["p"], citations=["p"]) for t in others}
+    topics = tmp_path / "t23.json"
+    topics.write_text(datasets.topics_path("ikat23-test").read_text())
+    alone, mixed = tmp_path / "alone.jsonl", tmp_path / "mix.jsonl"
+    alone.write_text("".join(r.model_dump_json() + "\n" for r in own.values()))
+    mixed.write_text("".join(r.model_dump_json() + "\n" for r in [*own.values(), *foreign.values()]))
+    code, out, err = run_cli("evaluate-responses", str(mixed), "--topics", str(topics), "--json")
+    assert code == 0, err
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1, err
+    assert f"3 of 7 response(s) are for turns outside {topics}" in " ".join(err.split())
+    assert all(t.turn_id in err for t in others) and "left out of every mean" in err
+    scored = json.loads(out)
+    code, out, err = run_cli("evaluate-responses", str(alone), "--topics", str(topics), "--json")
+    assert code == 0 and "warning:" not in err, err
+    expected = json.loads(out)
+    assert scored["measures"] == expected["measures"] and scored["measures"][ROUGE] < 1.0
+    assert scored["per_turn"] == expected["per_turn"] and scored["turns"]["not in the topics"] == 3

@@ -75,6 +75,27 @@ def test_the_leaderboard_command_and_kendall_between_two_matchers(crafted, run_c
     assert out.index(" A ") < out.index(" B ") < out.index(" C ")
 
 
+def test_the_leaderboard_names_responses_outside_the_topics_once_and_scores_without_them(crafted, run_cli,
+                                                                                         tmp_path):
+    nuggets, responses = crafted
+    topics = tmp_path / "topics.json"
+    topics.write_text(json.dumps([{"number": "1-1", "title": "t", "ptkb": {"1": "I like fruit."}, "turns": [
+        {"turn_id": i, "utterance": f"question {i}", "resolved_utterance": "", "response": "", "ptkb_provenance": [],
+         "response_provenance": []} for i in range(1, 5)]}]))
+    args = ["--topics", str(topics), "--nuggets", str(nuggets), "--matcher", "lexical", "--tau", "0.5", "--json"]
+    code, out, err = run_cli("evaluate-responses", str(responses), *args)
+    assert code == 0 and "warning:" not in err, err
+    mixed = tmp_path / "mixed.json"
+    mixed.write_text(json.dumps({**RESPONSES, "9-1_1": {"A": "Apples are red.", "C": "Birds sing."},
+                                 "9-1_2": {"A": "Ice melts."}}))
+    code, mixed_out, err = run_cli("evaluate-responses", str(mixed), *args)
+    assert code == 0, err
+    assert [line for line in err.splitlines() if line.startswith("warning:")] == [
+        f"warning: 2 of 6 response(s) of run A; 1 of 5 response(s) of run C are for turns outside {topics} "
+        "(e.g. 9-1_1, 9-1_2); they are left out of every mean"]
+    assert json.loads(mixed_out)["runs"] == json.loads(out)["runs"]
+
+
 def test_the_conversational_gold_and_2025_formats(tmp_path):
     gold = tmp_path / "gold_nuggets_human.json"
     gold.write_text(json.dumps({"8_5": {"[1]": {"text": "a fact", "relevance": 2}, "[5]": {"text": "another",
