@@ -9,6 +9,10 @@ from shared import DemoRun, build_once, demo_run
 # Tests never reach a model hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# Output is judged as a pipe sees it (apcir.console: no wrapping), whatever terminal runs the suite: a COLUMNS
+# exported by the caller (a CI runner's 80) would wrap the long tmp paths of pytest-xdist workers mid-word.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 
 
 @pytest.fixture

@@ -175,6 +175,8 @@ def _overwrite_cases(work) -> dict[str, list[tuple[list[str], Path]]]:
                                 work["responses"])],
         "nuggets agreement": [(["nuggets", "agreement", "--labels", str(labels), "--nuggets", "ikat25-test",
                                 "--responses", "ikat25-runs", "--matcher", "lexical", "-o", str(labels)], labels)],
+        "nuggets train": [(["nuggets", "train", "--labels", str(labels), "--nuggets", "ikat25-test", "--responses",
+                            "ikat25-runs", "-o", str(labels)], labels)],
         "retrieve": [(["retrieve", "-i", w["index"], "-q", w["queries"], "-o", w["queries"]], work["queries"]),
                      (["retrieve", "-i", w["index"], "--query-vectors", w["qvec"], "-o", w["qvec"]], work["qvec"]),
                      (["retrieve", "-i", w["index"], "-q", w["queries"], "-o",
