@@ -294,8 +294,8 @@ def open_turn_pipeline(config: ExperimentConfig, workdir: Path, *, progress: boo
     from apcir.retrieval.stage import ensure_index, open_backend, passage_texts_for, resolved_dtype
 
     settings = config.retrieval
+    weights = weights_for(config, workdir, progress=progress)  # a missing weights file: said before any index build
     index, _ = ensure_index(settings, progress=progress)
-    weights = weights_for(config, workdir, progress=progress)
     backend = open_backend(settings, index)
     store = passage_texts_for(settings, index)
     texts: Texts = store.texts if store is not None else no_texts
