@@ -35,7 +35,7 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from apcir import datasets
 from apcir.console import set_quiet
@@ -46,6 +46,9 @@ from apcir.contract.responses import ResponseRecord
 from apcir.contract.runs import run_stem
 from apcir.contract.weights import WeightsFile
 from apcir.errors import ApcirError
+
+if TYPE_CHECKING:
+    from apcir.experiment.turns import TurnAnswer, TurnPipeline
 
 PathLike = str | Path
 
@@ -484,6 +487,8 @@ class Experiment:
 
     def __init__(self, config: Any):
         self.config = config
+        self._scratch: tempfile.TemporaryDirectory[str] | None = None
+        self._pipelines: dict[Path, TurnPipeline] = {}
 
     @classmethod
     def from_config(cls, config: PathLike | Mapping[str, Any], *, output_dir: PathLike | None = None,
@@ -517,6 +522,27 @@ class Experiment:
         log = Console(quiet=True) if quiet else None
         run_experiment(self.config, log, progress=progress)
         return RunDirectory(self.run_dir)
+
+    def answer(self, turns: PathLike | Sequence[Turn] | Turn, *, out: PathLike | None = None,
+               progress: bool = False) -> dict[str, TurnAnswer]:
+        """Turns answered by the per-turn pipeline (:mod:`apcir.experiment.turns`), as ``apcir converse`` answers
+        one: reformulated, their three lists fused with their level's weights (``[fusion.weights]`` a file, or tuned
+        on other topics), re-ranked by the submitted ``[[rerank]]`` entries, answered. Returns ``{turn_id:
+        TurnAnswer}`` (``.ranking``, ``.text``, ``.response``, ``.record``, ``.lists``). ``out``: where the
+        reformulations and responses are kept (a second call asks no model again); by default a scratch folder
+        that lasts as long as this object."""
+        from apcir.experiment.turns import open_turn_pipeline
+
+        chosen = [turns] if isinstance(turns, Turn) else _turns(turns)
+        if out is None:
+            if self._scratch is None:
+                self._scratch = tempfile.TemporaryDirectory(prefix="apcir-answers-")
+            out = self._scratch.name
+        where = Path(out)
+        if where not in self._pipelines:
+            where.mkdir(parents=True, exist_ok=True)
+            self._pipelines[where] = open_turn_pipeline(self.config, where, progress=progress, redo_stale=True)
+        return self._pipelines[where].answer(chosen)
 
 
 # ---- the stages, as functions -------------------------------------------------------------------
@@ -561,17 +587,16 @@ def retrieve(queries: Mapping[str, Any], index: PathLike, *, k: int = 1000, fiel
     """Search an index (``apcir index build``, or a Lucene index) as ``apcir retrieve`` does: ``queries`` are
     reformulation records (``field`` picks rewrite, rewrite_response or third) or ``{turn_id: text}``;
     ``dtype``: the query encoder's precision (auto, float32, bfloat16, float16)."""
+    from apcir.experiment.turns import ListRetrieval
     from apcir.retrieval.backends import open_index
-    from apcir.retrieval.stage import list_queries, retrieve_lists
+    from apcir.retrieval.stage import list_queries
 
     if queries and all(isinstance(v, ReformulationRecord) for v in queries.values()):
         asked: Mapping[str, Any] = list_queries(queries, field)
     else:
         asked = {t: str(v) for t, v in queries.items()}
     searcher = open_index(index, encoder, device=device, threads=2, backend=backend, dtype=dtype)
-    with tempfile.TemporaryDirectory(prefix="apcir-") as scratch:
-        runs = retrieve_lists(searcher, {field: asked}, {field: Path(scratch) / "run"}, {field: field}, k=k,
-                              progress=progress)
+    runs = ListRetrieval(searcher, k, progress).search({field: asked})
     return Run(runs[field], name=field)
 
 
@@ -623,17 +648,18 @@ def rerank(run: Mapping[str, Mapping[str, float]], queries: Mapping[str, Any], p
     """``run`` re-ranked (its top ``depth`` passages; the rest keep their place below): ``queries`` are
     reformulation records or ``{turn_id: text}``, ``passages`` a collection or ``{passage_id: text}``;
     ``settings`` are ``[rerank]``'s keys (model, depth, ...)."""
+    from apcir.experiment.turns import Reranking
     from apcir.reranking.settings import RerankSettings
-    from apcir.reranking.stage import candidate_ids, record_queries, rerank_run
 
     config = RerankSettings.model_validate({**settings, "reranker": reranker, "field": field})
     if all(isinstance(v, ReformulationRecord) for v in queries.values()):
+        from apcir.reranking.stage import record_queries
+
         texts_of = record_queries(queries, field)
     else:
         texts_of = {t: str(v) for t, v in queries.items()}
-    needed = candidate_ids({t: dict(h) for t, h in run.items()}, config.depth)
-    texts = _texts(passages, needed)
-    result, _ = rerank_run({t: dict(h) for t, h in run.items()}, texts_of, texts, config, progress=progress)
+    result = Reranking(config, lambda ids: _texts(passages, ids), progress)({t: dict(h) for t, h in run.items()},
+                                                                             texts_of)
     return Run(result, name=f"{getattr(run, 'name', 'run')}+{config.label}")
 
 
@@ -643,23 +669,16 @@ def respond(turns: PathLike | Sequence[Turn], reformulations: Mapping[str, Refor
             **settings: Any) -> dict[str, ResponseRecord]:
     """One grounded response per turn from ``run``'s top passages, citing them, with the PTKB statements it relied
     on (``responder``: extractive or an LLM; ``settings`` are ``[respond]``'s keys). Resumable with ``out``."""
-    from apcir.contract.responses import load_responses
-    from apcir.responses.job import build_jobs, needed_passages
-    from apcir.responses.ptkb import rank_statements, similarity_for
+    from apcir.experiment.turns import Responding
+    from apcir.responses.ptkb import similarity_for
     from apcir.responses.settings import RespondSettings
-    from apcir.responses.stage import respond as _respond
 
-    chosen = _turns(turns)
     config = RespondSettings.model_validate({**settings, "responder": responder})
-    plain = {t: dict(h) for t, h in run.items()}
-    needed = needed_passages(plain, chosen, config.top_k)
-    texts = _texts(passages, needed)
-    ptkb = rank_statements(chosen, dict(reformulations), similarity_for("bm25", None))
-    jobs = build_jobs(chosen, dict(reformulations), plain, texts, ptkb, config.top_k)
     scratch: list[Any] = []
     path = _records_file(out, scratch, "responses.jsonl")
-    _respond(jobs, config, path, progress=progress, redo_stale=True)
-    return load_responses(path)
+    responding = Responding(config, similarity_for("bm25", None), path, lambda ids: _texts(passages, ids),
+                            redo_stale=True, progress=progress)
+    return responding(_turns(turns), reformulations, {t: dict(h) for t, h in run.items()})
 
 
 def nugget_recall(responses: PathLike | Sequence[PathLike], nuggets: PathLike, topics: PathLike,

@@ -4,11 +4,12 @@ They take and give PyTerrier's frames (queries: ``qid``, ``query``; results: ``q
 ``docno``, ``score``, ``rank``) and compose with ``>>``::
 
     import pyterrier as pt
-    from apcir.pyterrier import Reformulate, Retrieve, Fuse, Rerank
+    from apcir.pyterrier import Answer, Reformulate, Retrieve, Fuse, Rerank
 
     apcir_pipeline = Reformulate("heuristic", topics="ikat23-test") >> Fuse("index/", weights="weights.json")
     single = Reformulate("heuristic", topics="ikat23-test") >> Retrieve("index/", field="rewrite")
     pt.Experiment([single, apcir_pipeline], topics, qrels, eval_metrics=["nDCG@3", "RR"])
+    answered = Answer("my-experiment.toml")(topics)     # the whole turn as apcir converse answers it
 
 ``Reformulate`` needs each turn's conversation and PTKB: from ``topics=`` (any name, ir_datasets
 id or file apcir takes), or from the frame's own columns when it comes from
@@ -132,6 +133,33 @@ class Reformulate(pt.Transformer):  # type: ignore[misc]
         out["third_response"] = [o.third_response if o else "" for o in outputs]
         out["query"] = out["rewrite"]
         return out
+
+
+class Answer(pt.Transformer):  # type: ignore[misc]
+    """A whole turn as ``apcir converse`` and ``apcir run`` answer it, from an experiment config (a file, a bundled
+    config's name or a dict): the per-turn pipeline (:mod:`apcir.experiment.turns`: reformulation, the three lists,
+    level-weighted fusion, the submitted re-rankers, the response). Queries in; the final ranking out (``qid``,
+    ``docno``, ``score``, ``rank``), with each turn's ``level`` and its ``answer`` (the response's text)."""
+
+    def __init__(self, config: str | Path | Mapping[str, Any], *, topics: str | Path | Sequence[Turn] | None = None,
+                 out: str | Path | None = None, **overrides: Any):
+        self.experiment = api.Experiment.from_config(config, **overrides)
+        self.topics = topics if topics is not None else self.experiment.config.topics
+        self.out = out
+        self._reformulate = Reformulate(topics=self.topics)
+
+    def transform_outputs(self, columns: list[str]) -> list[str]:
+        _require(columns, ["qid"], self)
+        return list(dict.fromkeys(["qid", "docno", "score", "rank", *columns, "level", "answer"]))
+
+    def transform(self, queries: pd.DataFrame) -> pd.DataFrame:
+        known = self._reformulate._known()
+        turns = [known[str(row["qid"])] if str(row["qid"]) in known else _turn_from_row(row)
+                 for row in queries.to_dict("records")]
+        answers = self.experiment.answer(turns, out=self.out)
+        frames = [frame_of({qid: done.ranking}, queries[queries["qid"].astype(str) == qid],
+                           {"level": done.level, "answer": done.text}) for qid, done in answers.items()]
+        return pd.concat(frames, ignore_index=True) if frames else frame_of({}, None)
 
 
 def _query_inputs(queries: pd.DataFrame, field: str) -> dict[str, QueryInput]:
@@ -270,5 +298,5 @@ class Rerank(pt.Transformer):  # type: ignore[misc]
         return frame_of(reranked, kept)
 
 
-__all__ = ["Fuse", "LevelFusion", "Reformulate", "Rerank", "Retrieve", "RetrieveLists", "frame_of", "qrels_frame",
+__all__ = ["Answer", "Fuse", "LevelFusion", "Reformulate", "Rerank", "Retrieve", "RetrieveLists", "frame_of", "qrels_frame",
            "run_of", "topics_frame"]

@@ -1,6 +1,8 @@
-"""``apcir converse``: apcir as the agent of a live run, one utterance at a time, through the same stages as
-``apcir run`` (the same functions: reformulation, retrieval of the three lists, level-weighted fusion, the
-response), with a journal that makes a killed run resumable.
+"""``apcir converse``: apcir as the agent of a live run, one utterance at a time, through the per-turn pipeline
+(:mod:`apcir.experiment.turns`: reformulation, retrieval of the three lists, level-weighted fusion, the submitted
+re-rankers, the response; the same stage functions as ``apcir run``), with a journal that makes a killed run
+resumable. This module keeps only what is live: the turn built from the server's reply, the journal, recovery,
+the turn budget and the fitting of an answer to the server's limits.
 
 Per utterance: the turn is built from the reply (``{topic_id}_{n}``, n the 1-based user turn, the current
 utterance being the last entry of the server's ``history``; the earlier turns are the entries before it, the
@@ -37,12 +39,10 @@ from typing import Any
 
 from apcir.console import note, warn
 from apcir.contract.records import HistoryEntry, Run, Turn
-from apcir.contract.reformulations import LIST_NAMES, ReformulationRecord, load_reformulations, with_fallbacks
-from apcir.contract.responses import load_responses
 from apcir.contract.runs import ranking, write_run
-from apcir.contract.weights import WeightsFile, load_weights
 from apcir.errors import ApcirError
 from apcir.experiment.config import ExperimentConfig
+from apcir.experiment.turns import TurnPipeline
 from apcir.live.client import SimulationClient
 from apcir.live.errors import AnswerRefused, LiveError, LostReply, SessionUnknown
 from apcir.live.protocol import HistoryMessage, Utterance, fit_tokens
@@ -175,7 +175,6 @@ class Converse:
         self.ptkb = ptkb or {}
         self.progress = progress
         self.turn_budget = turn_budget
-        self._rerankers: dict[str, Any] = {}
         self._skipped: list[str] = []
         self._current_user = ""
         from apcir.io import check_writable_dir
@@ -186,31 +185,17 @@ class Converse:
         self.summary = ConverseSummary(run_id)
         self.run: Run = {}
         self.pairs: dict[str, str] = {}  # topic -> the first user it came with
-        self._backend: Any = None
-        self._index: Path | None = None
-        self._weights: WeightsFile | None = None
+        self.pipeline: TurnPipeline
 
     # ---- what the stages need, once ---------------------------------------------------------------------
     def prepare(self) -> None:
-        from apcir.retrieval.stage import ensure_index, open_backend
+        from apcir.experiment.turns import open_turn_pipeline
 
-        index, _ = ensure_index(self.config.retrieval, progress=self.progress)
-        self._index = index
-        self._backend = open_backend(self.config.retrieval, index)
-        weights = self.config.fusion.weights
-        if weights.source == "file":
-            if not weights.file:
-                raise ApcirError("fusion.weights.source = 'file' needs fusion.weights.file (a weights.json)")
-            self._weights = load_weights(weights.file)
-        else:  # tune on other topics before the first utterance: the tuning leg of apcir run
-            from rich.console import Console
-
-            from apcir.experiment.pipeline import Experiment
-
-            exp = Experiment(self.config.model_copy(update={"output_dir": str(self.out / "tuning")}),
-                             Console(quiet=True), self.progress)
-            exp.index()
-            self._weights = exp.tune(index, self.config.fusion.baseline_names())["apcir"]
+        options = self.config.reformulator
+        if self.track_persona and not self._offline_reformulator(options.method):
+            # the persona's new statements: a field of the same LLM answer
+            options = options.model_copy(update={"prompt": options.prompt.model_copy(update={"track_persona": True})})
+        self.pipeline = open_turn_pipeline(self.config, self.out, progress=self.progress, reformulator=options)
         if self.journal.path.exists():
             for entry in self.journal.entries:
                 if entry["event"] == "answer":
@@ -235,95 +220,21 @@ class Converse:
                     turn_number=len(asked) + 1, utterance=reply.utterance, ptkb=ptkb, history=history)
 
     def answer(self, turn: Turn) -> Answer:
-        """The same functions as ``apcir run``, for one turn."""
-        from apcir.fusion.linear import fuse_linear
-        from apcir.reformulation.stage import reformulate
-        from apcir.responses.job import build_jobs, needed_passages
-        from apcir.responses.ptkb import rank_statements, similarity_for
-        from apcir.responses.stage import respond
-        from apcir.retrieval.registry import BACKENDS
-        from apcir.retrieval.stage import list_queries, passage_texts_for, retrieve_lists
-
-        config, seconds = self.config, {}
-        started = time.perf_counter()
-        options = config.reformulator
-        asks_model = not self._offline_reformulator(options.method)
-        if self.track_persona and asks_model:  # the persona's new statements: a field of the same LLM answer
-            options = options.model_copy(update={"prompt": options.prompt.model_copy(update={"track_persona": True})})
-        reformulate([turn], options, self.out / "reformulations.jsonl", progress=False)
-        records: dict[str, ReformulationRecord] = with_fallbacks(
-            {k: v for k, v in load_reformulations(self.out / "reformulations.jsonl").items()
-             if k == turn.turn_id}, [turn])
-        seconds["reformulate"] = time.perf_counter() - started
-        mark = time.perf_counter()
-        queries = {name: list_queries(records, name) for name in LIST_NAMES}
-        lists = retrieve_lists(self._backend, queries, {n: self.out / f"{n}.run" for n in LIST_NAMES},
-                               dict.fromkeys(LIST_NAMES, "live"), k=config.retrieval.k, progress=False,
-                               write=lambda *_: None)
-        seconds["retrieve"] = time.perf_counter() - mark
-        mark = time.perf_counter()
-        assert self._weights is not None
-        output = records[turn.turn_id].output
-        level = output.level if output is not None else "a"
+        """The turn through the per-turn pipeline (:mod:`apcir.experiment.turns`), its optional stages skipped when
+        they would overrun the turn budget; the answer fitted to the server's limits."""
+        done = self.pipeline.answer([turn], skip=self._over_budget)[turn.turn_id]
         if self.track_persona:
+            output = done.record.output
+            asks_model = not self._offline_reformulator(self.config.reformulator.method)
             learned = list(output.persona) if asks_model and output is not None else first_person_facts(
                 turn.utterance)
             self.remember(self._current_user, learned)
-        fused = fuse_linear([lists[n] for n in LIST_NAMES], {turn.turn_id: level}, self._weights,
-                            config.fusion.norm, config.fusion.depth, missing_level="a")
-        seconds["fuse"] = time.perf_counter() - mark
-        assert self._index is not None
-        store = passage_texts_for(config.retrieval, self._index)
-        skipped: list[str] = []
-        for settings in [r for r in config.rerank if r.submit]:  # the re-ranked run is what a submission holds
-            if self._over_budget(started, "rerank"):
-                skipped.append(f"rerank:{settings.label}")
-                continue
-            mark = time.perf_counter()
-            fused = self._rerank(settings, turn, records, fused, store)
-            seconds["rerank"] = time.perf_counter() - mark
-        mark = time.perf_counter()
-        texts = store.texts(needed_passages(fused, [turn], config.respond.top_k)) if store is not None else {}
-        encoder = config.retrieval.encoder if config.retrieval.uses_encoder else None
-        ptkb = rank_statements([turn], records, similarity_for(encoder, BACKENDS.get(config.retrieval.backend).encoder,
-                                                               config.retrieval.dtype))
-        jobs = build_jobs([turn], records, fused, texts, ptkb, config.respond.top_k)
-        responder = config.respond
-        if not self._offline(responder.responder) and self._over_budget(started, "respond"):
-            skipped.append(f"respond:{responder.responder}")  # the extractive responder answers instead
-            from apcir.responses.registry import EXTRACTIVE
-
-            responder = responder.model_validate({"responder": EXTRACTIVE, "top_k": responder.top_k,
-                                                  "max_words": responder.max_words})
-        respond(jobs, responder, self.out / ("responses.jsonl" if responder is config.respond
-                                             else "responses-fallback.jsonl"), progress=False)
-        record = load_responses(self.out / ("responses.jsonl" if responder is config.respond
-                                            else "responses-fallback.jsonl")).get(turn.turn_id)
-        seconds["respond"] = time.perf_counter() - mark
-        self._skipped = skipped
-        text = record.text if record is not None and record.status == "ok" else ""
-        if not text:
-            text = output.response if output is not None else ""
-        response, trimmed = fit_tokens(text, self.client.protocol.response_tokens)
-        used = (record.ptkb_used if record is not None else []) or (
-            list(output.ptkb_used) if output is not None else [])
-        provenance = [turn.ptkb[s] for s in used if s in turn.ptkb]  # the current user's statements only
-        top = ranking(fused.get(turn.turn_id, {}), self.client.protocol.citations)
-        seconds["turn"] = time.perf_counter() - started
-        self.run[turn.turn_id] = fused.get(turn.turn_id, {})
-        return Answer(turn.turn_id, response, dict(top), provenance, trimmed, seconds)
-
-    def _rerank(self, settings: Any, turn: Turn, records: dict[str, ReformulationRecord], fused: Run,
-                store: Any) -> Run:
-        """The fused ranking re-ranked by one ``[[rerank]]`` entry (its model loaded once for the run)."""
-        from apcir.reranking.stage import candidate_ids, load_reranker, record_queries, rerank_run
-
-        if settings.label not in self._rerankers:
-            self._rerankers[settings.label] = load_reranker(settings)
-        texts = store.texts(candidate_ids(fused, settings.depth)) if store is not None else {}
-        result, summary = rerank_run(fused, record_queries(records, settings.field), texts, settings,
-                                     reranker=self._rerankers[settings.label], progress=False)
-        return result
+        self._skipped = done.skipped
+        response, trimmed = fit_tokens(done.text, self.client.protocol.response_tokens)
+        provenance = [turn.ptkb[s] for s in done.ptkb_used if s in turn.ptkb]  # the current user's statements only
+        top = ranking(done.ranking, self.client.protocol.citations)
+        self.run[turn.turn_id] = done.ranking
+        return Answer(turn.turn_id, response, dict(top), provenance, trimmed, done.seconds)
 
     # ---- the persona memory (--track-persona) -------------------------------------------------------------
     def _memory_file(self, user_id: str) -> Path:
@@ -349,12 +260,6 @@ class Converse:
         from apcir.reformulation.registry import is_offline
 
         return is_offline(method)
-
-    @staticmethod
-    def _offline(responder: str) -> bool:
-        from apcir.responses.registry import responder_for
-
-        return responder_for(responder).offline
 
     def _over_budget(self, started: float, stage: str) -> bool:
         """Whether running ``stage`` now would take the turn over ``--turn-budget`` (its time on earlier turns as
