@@ -113,7 +113,7 @@ def converse_command(
     from apcir.io import refuse_inputs_inside
     from apcir.live.client import SimulationClient
     from apcir.live.converse import Converse
-    from apcir.live.server import protocol_for
+    from apcir.live.protocol import protocol_for
 
     experiment = load_config(resolve_config_path(config))
     target = out or Path("runs") / "live" / run_id

@@ -23,7 +23,7 @@ from apcir.datasets.registry import (
     response_run_files,
     topics_path,
 )
-from apcir.datasets.topics import load_topics
+from apcir.datasets.topics import load_topics, year_of_topics
 from apcir.errors import ApcirError
 from apcir.ids import canonical_turn_id
 from apcir.io import read_json
@@ -83,25 +83,19 @@ def reference_responses(name_or_path: str | Path) -> dict[str, str]:
 def topics_year(name_or_path: str | Path) -> int:
     """The iKAT year (2023, 2024 or 2025) whose submission format fits these topics.
 
-    A bundled set is named by its year (``ikat23-test`` -> 2023). A topic file
-    is told by its schema, as the organisers' validators read it: the 2025
-    schema (``responses``) is 2025; conversation numbers that are all integers
-    (``17``, the 2024 files write them as JSON numbers) are 2024, whose
-    validator parses turn ids as ``<int>_<int>``; anything else (``9-1``) is 2023.
+    A bundled set says its year (``ikat23-test``: 2023). A topic file is told by
+    its schema, as the organisers' validators read it
+    (:data:`apcir.datasets.topics.TOPIC_YEARS`): the 2025 schema (``responses``)
+    is 2025; conversation numbers that are all integers (``17``, the 2024 files
+    write them as JSON numbers) are 2024, whose validator parses turn ids as
+    ``<int>_<int>``; anything else (``9-1``) is 2023.
     """
     text = str(name_or_path).removeprefix("irds:")
     text = IR_DATASETS[text].topics if text in IR_DATASETS else text
-    if text in TOPICS:
-        return 2000 + int(text[4:6])
-    data = read_json(topics_path(name_or_path), "topic file")
-    conversations = [c for c in data if isinstance(c, dict)] if isinstance(data, list) else []
-    if any("responses" in c for c in conversations):
-        return 2025
-    numbers = [c.get("number") for c in conversations]
-    if numbers and all(isinstance(n, int) and not isinstance(n, bool) or (isinstance(n, str) and n.strip().isdigit())
-                       for n in numbers):
-        return 2024
-    return 2023
+    bundled = TOPICS[text].year if text in TOPICS else None
+    if bundled is not None:
+        return bundled
+    return year_of_topics(read_json(topics_path(name_or_path), "topic file"))
 
 
 def select_turns(

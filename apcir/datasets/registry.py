@@ -22,16 +22,19 @@ class BundledDataset:
     name: str
     description: str
     source: str
+    year: int | None = None
+    """The iKAT year of a topic set (whose submission format fits it)."""
 
 
 IKAT25_SOURCE = ("irlabamsterdam/ikat2025 (CC BY 4.0; TREC iKAT 2025: A Test Collection for the Offline and "
                  "Interactive Evaluation of Conversational Search, Abbasiantaeb, Lupart et al.)")
 
 TOPICS: dict[str, BundledDataset] = {
-    "ikat23-train": BundledDataset("ikat23-train", "iKAT 2023 train conversations", "irlabamsterdam/iKAT (MIT)"),
-    "ikat23-test": BundledDataset("ikat23-test", "iKAT 2023 test conversations", "irlabamsterdam/iKAT (MIT)"),
-    "ikat24-test": BundledDataset("ikat24-test", "iKAT 2024 test conversations", "irlabamsterdam/iKAT (MIT)"),
-    "ikat25-test": BundledDataset("ikat25-test", "iKAT 2025 test conversations", "irlabamsterdam/iKAT (MIT)"),
+    "ikat23-train": BundledDataset("ikat23-train", "iKAT 2023 train conversations", "irlabamsterdam/iKAT (MIT)",
+                                   2023),
+    "ikat23-test": BundledDataset("ikat23-test", "iKAT 2023 test conversations", "irlabamsterdam/iKAT (MIT)", 2023),
+    "ikat24-test": BundledDataset("ikat24-test", "iKAT 2024 test conversations", "irlabamsterdam/iKAT (MIT)", 2024),
+    "ikat25-test": BundledDataset("ikat25-test", "iKAT 2025 test conversations", "irlabamsterdam/iKAT (MIT)", 2025),
 }
 
 QRELS: dict[str, BundledDataset] = {

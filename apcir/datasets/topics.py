@@ -9,6 +9,8 @@ positions are the statement ids, and turns sit under ``responses`` with
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,38 @@ from apcir.contract.records import HistoryEntry, Turn
 from apcir.errors import ApcirError
 from apcir.ids import make_turn_id
 from apcir.io import read_json
+
+
+@dataclass(frozen=True)
+class TopicYear:
+    """An iKAT year's topic schema, as its organisers' validator tells it: the conversations of a topic file
+    ``fit`` the year or not."""
+
+    year: int
+    fits: Callable[[list[dict[str, Any]]], bool]
+    description: str
+
+
+def _integer_numbers(conversations: list[dict[str, Any]]) -> bool:
+    numbers = [c.get("number") for c in conversations]
+    return bool(numbers) and all(isinstance(n, int) and not isinstance(n, bool)
+                                 or (isinstance(n, str) and n.strip().isdigit()) for n in numbers)
+
+
+TOPIC_YEARS: tuple[TopicYear, ...] = (
+    TopicYear(2025, lambda conversations: any("responses" in c for c in conversations),
+              "the 2025 schema: turns under 'responses'"),
+    TopicYear(2024, _integer_numbers, "conversation numbers that are all integers (17; the 2024 files write them as "
+                                      "JSON numbers), whose validator parses turn ids as <int>_<int>"),
+    TopicYear(2023, lambda conversations: True, "anything else (9-1)"),
+)
+"""The years a topic file is told by, the most particular first: the first that fits is the file's year."""
+
+
+def year_of_topics(data: Any) -> int:
+    """The iKAT year of a topic file's content (:data:`TOPIC_YEARS`)."""
+    conversations = [c for c in data if isinstance(c, dict)] if isinstance(data, list) else []
+    return next(y.year for y in TOPIC_YEARS if y.fits(conversations))
 
 
 def load_topics(path: Path) -> list[Turn]:

@@ -35,7 +35,6 @@ from apcir.reformulation.settings import ReformulatorOptions
 from apcir.reranking.settings import RerankSettings
 from apcir.responses.settings import RespondSettings
 from apcir.retrieval.settings import RetrievalSettings
-from apcir.submission.common import format_year_problem
 from apcir.submission.formats import FORMATS
 from apcir.submission.settings import ExportSettings
 
@@ -158,7 +157,7 @@ class ExperimentConfig(BaseModel):
             raise ValueError(f"topics: {exc}") from None
         fmt = self.export.format
         if fmt is not None:
-            problem = format_year_problem(fmt, FORMATS.get(fmt).year, year)
+            problem = FORMATS.get(fmt).year_problem(year)
             if problem is not None:
                 raise ValueError(f"export.format: {problem}")
         try:

@@ -505,7 +505,7 @@ class Converse:
         for reply, entry in self._answered():
             mine.setdefault(reply.topic_id, []).append((reply, entry))
         check = RecordCheck(total=sum(len(v) for v in mine.values()))
-        nested = self.client.protocol.nested
+        unstored = self.client.protocol.unstored
         for topic in dict.fromkeys([*mine, *theirs]):
             ours, recorded = mine.get(topic, []), theirs.get(topic, [])
             for i in range(max(len(ours), len(recorded))):
@@ -516,20 +516,20 @@ class Converse:
                     check.differences.append(f"{recorded[i]['topic_id']}: the server recorded an answer the journal "
                                              "does not hold")
                     continue
-                problems = self._differences(ours[i][0], ours[i][1], recorded[i], nested)
+                problems = self._differences(ours[i][0], ours[i][1], recorded[i], unstored)
                 if problems:
                     check.differences.append(f"{ours[i][1]['turn_id']}: {'; '.join(problems)}")
                 else:
                     check.matched += 1
         stored = (extra or {}).get("track_persona") if isinstance(extra, dict) else None
         if bool(stored) != self.track_persona:
-            how = "" if nested else " (--protocol 2025 sends it at the top level, which the server ignores)"
+            how = f" ({unstored})" if unstored else ""
             check.differences.append(f"track_persona: sent {str(self.track_persona).lower()}, the server stored "
                                      f"{json.dumps(extra)}{how}")
         return check
 
     @staticmethod
-    def _differences(reply: Utterance, entry: dict[str, Any], recorded: dict[str, Any], nested: bool) -> list[str]:
+    def _differences(reply: Utterance, entry: dict[str, Any], recorded: dict[str, Any], unstored: str) -> list[str]:
         problems = []
         if recorded.get("user_utterance") != reply.utterance:
             problems.append("the server recorded another utterance")
@@ -543,7 +543,7 @@ class Converse:
         provenance = meta.get("ptkb_provenance") if isinstance(meta, dict) else None
         sent = list(entry["provenance"])
         if provenance is None and sent:
-            how = "" if nested else " (--protocol 2025 sends it at the top level, which the server ignores)"
+            how = f" ({unstored})" if unstored else ""
             problems.append(f"the PTKB provenance ({len(sent)} statement{'s' if len(sent) != 1 else ''}) was not "
                             f"stored{how}")
         elif provenance is not None and list(provenance) != sent:

@@ -28,7 +28,8 @@ to have used it:
   (an object); any other field is ignored. A response over 250 tokens (spaCy's blank English tokenizer) is 422;
 - replies carry no ``user_meta`` (the 2026 guidelines' ``user_meta.ptkb`` is read where a server sends it).
 
-The years differ in where the persona flag and the PTKB provenance go (:class:`Protocol`): **2026** puts them
+The years differ in where the persona flag and the PTKB provenance go (:class:`Protocol`, one record per year,
+with the builders of those fields): **2026** puts them
 in ``extra.track_persona`` and ``meta.ptkb_provenance``, the fields the server's code stores; **2025** sends them
 at the top level, the form the 2025 deployment documented (its README's examples of May 2025) and its code once
 read (a ``ptkb_provenance`` field, now commented out). The current server ignores the 2025 fields:
@@ -39,6 +40,7 @@ Statuses: :data:`apcir.live.errors.STATUS`.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -51,38 +53,62 @@ API documentation says 250 and the server's code checks 250 (the 2026 guidelines
 is what a run meets)."""
 
 
+def top_level_persona(track_persona: bool) -> dict[str, Any]:
+    return {"track_persona": track_persona}
+
+
+def top_level_provenance(statements: list[str]) -> dict[str, Any]:
+    return {"ptkb_provenance": statements}
+
+
+def extra_persona(track_persona: bool) -> dict[str, Any]:
+    return {"extra": {"track_persona": track_persona}}
+
+
+def meta_provenance(statements: list[str]) -> dict[str, Any]:
+    return {"meta": {"ptkb_provenance": statements}}
+
+
 @dataclass(frozen=True)
 class Protocol:
-    """One year's field names and limits."""
+    """One year's field names and limits: the year's record, with the builders of what its bodies add."""
 
     year: int
     citations: int
     """Citations sent at most (2025: 1,000; 2026: 10, the depth the 2026 guidelines assess)."""
+    persona: Callable[[bool], dict[str, Any]]
+    """The fields ``run/start`` adds for the persona flag (2026: ``extra.track_persona``; 2025: top level)."""
+    provenance: Callable[[list[str]], dict[str, Any]]
+    """The fields ``run/continue`` adds for the PTKB provenance (2026: ``meta.ptkb_provenance``; 2025: top level)."""
     response_tokens: int = RESPONSE_TOKENS
-    nested: bool = False
-    """2026: ``extra.track_persona`` and ``meta.ptkb_provenance``, what the server stores (2025: top-level
-    fields, which the current server ignores)."""
+    unstored: str = ""
+    """Why the server stores neither the persona flag nor the PTKB provenance sent in this year's form, said
+    where its record lacks them ("" where it stores them)."""
 
     def start_body(self, run_id: str, description: str, track_persona: bool) -> dict[str, Any]:
-        body: dict[str, Any] = {"run_id": run_id, "description": description}
-        if self.nested:
-            body["extra"] = {"track_persona": track_persona}
-        else:
-            body["track_persona"] = track_persona
-        return body
+        return {"run_id": run_id, "description": description, **self.persona(track_persona)}
 
     def continue_body(self, run_id: str, response: str, citations: dict[str, float],
                       ptkb_provenance: list[str]) -> dict[str, Any]:
-        body: dict[str, Any] = {"run_id": run_id, "response": response,
-                                "citations": {str(k): float(v) for k, v in citations.items()}}
-        if self.nested:
-            body["meta"] = {"ptkb_provenance": list(ptkb_provenance)}
-        else:
-            body["ptkb_provenance"] = list(ptkb_provenance)
-        return body
+        return {"run_id": run_id, "response": response,
+                "citations": {str(k): float(v) for k, v in citations.items()},
+                **self.provenance(list(ptkb_provenance))}
 
 
-PROTOCOLS = {2025: Protocol(2025, citations=1000), 2026: Protocol(2026, citations=10, nested=True)}
+IKAT_2025 = Protocol(2025, citations=1000, persona=top_level_persona, provenance=top_level_provenance,
+                     unstored="--protocol 2025 sends it at the top level, which the server ignores")
+IKAT_2026 = Protocol(2026, citations=10, persona=extra_persona, provenance=meta_provenance)
+PROTOCOLS = {p.year: p for p in (IKAT_2025, IKAT_2026)}
+"""The years by number: a new year is one record here."""
+
+
+def protocol_for(year: int) -> Protocol:
+    """The year's record; a year none is of is an error naming those there are."""
+    if year not in PROTOCOLS:
+        from apcir.errors import ApcirError
+
+        raise ApcirError(f"--protocol {year}: expected one of {', '.join(map(str, PROTOCOLS))}")
+    return PROTOCOLS[year]
 
 
 class HistoryMessage(BaseModel):

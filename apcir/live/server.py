@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from apcir.live.protocol import PROTOCOLS, RESPONSE_TOKENS, Protocol, count_tokens
+from apcir.live.protocol import RESPONSE_TOKENS, count_tokens
 from apcir.live.users import Session
 
 RUNS = 100
@@ -417,10 +417,3 @@ class SimulationServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-
-def protocol_for(year: int) -> Protocol:
-    from apcir.errors import ApcirError
-
-    if year not in PROTOCOLS:
-        raise ApcirError(f"--protocol {year}: expected one of {', '.join(map(str, PROTOCOLS))}")
-    return PROTOCOLS[year]

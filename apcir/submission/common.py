@@ -20,7 +20,8 @@ for the turns it lacks: 2023 gets every statement ranked ``{id, text, score}``;
 2024 and 2025 the statements the response used (the record's ``ptkb_used``,
 else the reformulation's) in ranking order, or every statement with
 ``ptkb_mode = "ranked"``; 2024 gets the top-ranked statement when the response
-used none (its validator warns on an empty list).
+used none (its validator warns on an empty list). These are the year's rules, which its format gives
+:func:`plan` (``ptkb``, ``at_least_one``).
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ USED_TOP = 5
 MAX_WORDS = 250  # guidelines 2023 l.96, 2024 l.122; 2025 validator RESPONSE_LIMIT (validate_trec_ikat25.py:12)
 TextMode = Literal["pseudo", "passage"]
 PtkbMode = Literal["auto", "used", "ranked"]
+PtkbDefault = Literal["ranked", "used"]
+"""What ``ptkb_mode = "auto"`` means: the format's year's own PTKB provenance."""
 
 
 @dataclass
@@ -158,10 +161,15 @@ def ptkb_ranking(inputs: SubmissionInputs) -> PtkbRanking:
     return ranked
 
 
-def plan(inputs: SubmissionInputs, year: int) -> dict[str, TurnPlan]:
-    """Every turn's entry (see the module docstring), by turn id, in the topics' order."""
+def plan(inputs: SubmissionInputs, *, ptkb: PtkbDefault = "used",
+         at_least_one: bool = False) -> dict[str, TurnPlan]:
+    """Every turn's entry (see the module docstring), by turn id, in the topics' order.
+
+    The format says what its year wants: ``ptkb``, the PTKB provenance of ``ptkb_mode = "auto"`` (every statement
+    ranked, or the statements the response used); ``at_least_one``, the top-ranked statement when the response
+    used none."""
     ranked_all = ptkb_ranking(inputs)
-    mode = inputs.ptkb_mode if inputs.ptkb_mode != "auto" else ("ranked" if year == 2023 else "used")
+    mode = inputs.ptkb_mode if inputs.ptkb_mode != "auto" else ptkb
     plans: dict[str, TurnPlan] = {}
     for turn in inputs.turns:
         hits = submitted_hits(inputs.run, turn.turn_id, inputs.depth)
@@ -195,28 +203,11 @@ def plan(inputs: SubmissionInputs, year: int) -> dict[str, TurnPlan]:
             selected = [sid for sid, _ in ranked]
         else:
             selected = sorted((s for s in dict.fromkeys(statements) if s in order), key=order.__getitem__)
-            if not selected and year == 2024 and ranked:
-                selected = [ranked[0][0]]  # the 2024 validator warns on an empty list (main.py:168-171)
+            if not selected and at_least_one and ranked:
+                selected = [ranked[0][0]]
         plans[turn.turn_id] = TurnPlan(hits=hits, text=text, used=[hits[n - 1][0] for n in numbers], ranked=ranked,
                                        selected=selected, fallback=fallback, dropped=dropped, cut=cut)
     return plans
-
-
-def format_year_problem(fmt: str, fmt_year: int | None, topics_year: int | None) -> str | None:
-    """Why a format of another year than the topics' cannot be read by the organisers' validator; None if it fits
-    (a format of no iKAT year, such as a TREC run, fits any topics)."""
-    if topics_year is None or fmt_year is None or topics_year == fmt_year:
-        return None
-    reader = {
-        2023: "the organisers' 2023 validator reads only 2023_test_topics.json (25 conversations, 332 turns; "
-              "main.py:22,25,285) and PTKB provenance as {id, text, score} (run.proto:24,37-41)",
-        2024: "the organisers' 2024 validator reads only 2024_test_topics.json (17 conversations, 218 turns, "
-              "turn ids <int>_<int>; main.py:22,25,200-207,310)",
-        2025: "the organisers' 2025 validator takes only topics of the 2025 schema, with 'responses' "
-              "(validate_trec_ikat25.py:24-30)",
-    }.get(fmt_year, "its validator cannot read them")
-    return (f"{fmt} is the iKAT {fmt_year} format but the topics are iKAT {topics_year} topics: {reader}; "
-            f"use ikat{topics_year % 100}, the format of these topics")
 
 
 # ---- checks shared by the formats ----------------------------------------------------------------

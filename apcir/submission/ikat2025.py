@@ -37,13 +37,13 @@ from apcir.submission.common import (
     submitted_turn_id,
     word_problem,
 )
-from apcir.submission.formats import FORMATS
+from apcir.submission.formats import FALLBACK, FORMATS, SURE, Sample
 
 ERROR, WARNING = " [2025 validator: error]", " [2025 validator: warning]"
 
 
 def build(inputs: SubmissionInputs) -> list[dict[str, Any]]:
-    plans = plan(inputs, 2025)
+    plans = plan(inputs)
     entries = []
     for turn in inputs.turns:
         p = plans[turn.turn_id]
@@ -59,6 +59,15 @@ def build(inputs: SubmissionInputs) -> list[dict[str, Any]]:
             }],
         })
     return entries
+
+
+def sniff(sample: Sample) -> float:
+    """Sure when the (first) object has ``references`` and no ``turns``; JSONL of anything else is 2025's shape
+    when no other format claims it (so a line that does not parse is still validated as 2025's)."""
+    first = sample.first_record if sample.json_lines else sample.document
+    if isinstance(first, dict) and "references" in first and "turns" not in first:
+        return SURE
+    return FALLBACK if sample.json_lines else 0.0
 
 
 def check(path: Path, turns: list[Turn]) -> list[str]:

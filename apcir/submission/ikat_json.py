@@ -23,6 +23,8 @@ in the licensed collection (``utils.py:102-130``, skipped by their ``-S``).
 from __future__ import annotations
 
 import math
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,7 @@ from apcir.responses.text import count_words
 from apcir.submission.common import (
     CLUEWEB_ID,
     MAX_PROVENANCE,
+    PtkbDefault,
     SubmissionInputs,
     coverage_problems,
     inline_citation_problems,
@@ -41,11 +44,11 @@ from apcir.submission.common import (
     submitted_turn_id,
     word_problem,
 )
-from apcir.submission.formats import FORMATS
+from apcir.submission.formats import FALLBACK, FORMATS, SHARED, SURE, Sample
 
 
-def _build(inputs: SubmissionInputs, year: int) -> dict[str, Any]:
-    plans = plan(inputs, year)
+def _build(inputs: SubmissionInputs, year: JsonYear) -> dict[str, Any]:
+    plans = plan(inputs, ptkb=year.ptkb, at_least_one=year.at_least_one)
     entries = []
     for turn in inputs.turns:
         p = plans[turn.turn_id]
@@ -58,7 +61,7 @@ def _build(inputs: SubmissionInputs, year: int) -> dict[str, Any]:
             item["used"] = pid in used
             provenance.append(item)
         ptkb: list[Any]
-        if year == 2024:
+        if year.ptkb_ids:
             ptkb = [int(sid) for sid in p.selected]
         else:
             ptkb = [{"id": sid, "text": turn.ptkb[sid], "score": score} for sid, score in p.ranked]
@@ -67,17 +70,49 @@ def _build(inputs: SubmissionInputs, year: int) -> dict[str, Any]:
             "responses": [{"rank": 1, "text": p.text, "ptkb_provenance": ptkb, "passage_provenance": provenance}],
         })
     head: dict[str, Any] = {"run_name": inputs.run_name, "run_type": inputs.run_type}
-    if year == 2024:
+    if year.eval_response:
         head["eval_response"] = inputs.eval_response
     return {**head, "turns": entries}
 
 
 def build_2023(inputs: SubmissionInputs) -> dict[str, Any]:
-    return _build(inputs, 2023)
+    return _build(inputs, IKAT23)
 
 
 def build_2024(inputs: SubmissionInputs) -> dict[str, Any]:
-    return _build(inputs, 2024)
+    return _build(inputs, IKAT24)
+
+
+def sniff_2023(sample: Sample) -> float:
+    return _sniff(sample, IKAT23)
+
+
+def sniff_2024(sample: Sample) -> float:
+    return _sniff(sample, IKAT24)
+
+
+def _sniff(sample: Sample, year: JsonYear) -> float:
+    """A JSON object with ``turns``: sure by ``eval_response`` or the first PTKB provenance item (an id or an
+    object); else the turn ids' form (``<int>_<int>``) tells 2024; else it is 2023's."""
+    data = sample.document
+    if not isinstance(data, dict) or "turns" not in data:
+        return 0.0
+    if "eval_response" in data:
+        return SURE if year.eval_response else 0.0
+    turns = [t for t in _items(data.get("turns")) if isinstance(t, dict)]
+    for turn in turns:
+        for response in _items(turn.get("responses")):
+            for item in _items(response.get("ptkb_provenance")) if isinstance(response, dict) else []:
+                return SURE if isinstance(item, dict) != year.ptkb_ids else 0.0
+    first = turns[0].get("turn_id") if turns else None
+    numbered = isinstance(first, str) and re.match(r"^\d+_\d+$", first) is not None
+    if year.numbered_conversations:
+        return SHARED if numbered else 0.0
+    return FALLBACK
+
+
+def _items(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 # ---- checks --------------------------------------------------------------------------------------
@@ -86,21 +121,49 @@ def build_2024(inputs: SubmissionInputs) -> dict[str, Any]:
 # number given as a string, which ParseDict would read as the proto default or convert.
 _STR, _INT, _NUM, _BOOL, _LIST = ("a string", "an integer (int32)", "a number (within float32)",
                                   "true or false", "a list")
-FIELDS = {
-    2023: {
-        "run": {"run_name": _STR, "run_type": _STR, "turns": _LIST},
-        "turn": {"turn_id": _STR, "responses": _LIST},
-        "response": {"text": _STR, "rank": _INT, "passage_provenance": _LIST, "ptkb_provenance": _LIST},
-        "passage": {"id": _STR, "text": _STR, "score": _NUM, "used": _BOOL},
-        "ptkb": {"id": _STR, "text": _STR, "score": _NUM},
-    },
-    2024: {
-        "run": {"run_name": _STR, "run_type": _STR, "eval_response": _BOOL, "turns": _LIST},
-        "turn": {"turn_id": _STR, "responses": _LIST},
-        "response": {"text": _STR, "rank": _INT, "passage_provenance": _LIST, "ptkb_provenance": _LIST},
-        "passage": {"id": _STR, "text": _STR, "score": _NUM, "used": _BOOL},
-    },
+FIELDS_2023 = {
+    "run": {"run_name": _STR, "run_type": _STR, "turns": _LIST},
+    "turn": {"turn_id": _STR, "responses": _LIST},
+    "response": {"text": _STR, "rank": _INT, "passage_provenance": _LIST, "ptkb_provenance": _LIST},
+    "passage": {"id": _STR, "text": _STR, "score": _NUM, "used": _BOOL},
+    "ptkb": {"id": _STR, "text": _STR, "score": _NUM},
 }
+FIELDS_2024 = {
+    "run": {"run_name": _STR, "run_type": _STR, "eval_response": _BOOL, "turns": _LIST},
+    "turn": {"turn_id": _STR, "responses": _LIST},
+    "response": {"text": _STR, "rank": _INT, "passage_provenance": _LIST, "ptkb_provenance": _LIST},
+    "passage": {"id": _STR, "text": _STR, "score": _NUM, "used": _BOOL},
+}
+
+
+@dataclass(frozen=True)
+class JsonYear:
+    """What differs between the 2023 and the 2024 JSON run: each year's rules, read by build and check alike."""
+
+    year: int
+    name: str
+    """Its entry in :data:`apcir.submission.formats.FORMATS`."""
+    fields: dict[str, dict[str, str]]
+    """run.proto's messages and their fields."""
+    ptkb: PtkbDefault
+    """The PTKB provenance written by default: every statement ranked (2023) or those the response used."""
+    ptkb_ids: bool
+    """PTKB provenance as statement ids (int32, 2024) rather than ``{id, text, score}`` objects (2023)."""
+    at_least_one: bool
+    """The top-ranked statement when the response used none (the 2024 validator warns on an empty list,
+    main.py:168-171)."""
+    eval_response: bool
+    """The run says whether the responses are judged (2024 run.proto:8)."""
+    numbered_conversations: bool
+    """Turn ids are ``<int>_<int>`` (2024 main.py:200-207); else ``<conversation>_<turn>``."""
+    textless_run_type: str | None
+    """A run type whose responses may have no text (2024: only_response, utils.py:38-40)."""
+
+
+IKAT23 = JsonYear(2023, "ikat23", FIELDS_2023, ptkb="ranked", ptkb_ids=False, at_least_one=False, eval_response=False,
+                  numbered_conversations=False, textless_run_type=None)
+IKAT24 = JsonYear(2024, "ikat24", FIELDS_2024, ptkb="used", ptkb_ids=True, at_least_one=True, eval_response=True,
+                  numbered_conversations=True, textless_run_type="only_response")
 
 
 # run.proto's types: `int32 rank` and `float score` (32-bit); ParseDict refuses a value out of their range.
@@ -120,11 +183,11 @@ def _fits(value: Any, kind: str) -> bool:
     return isinstance(value, list)
 
 
-def _schema(obj: dict[str, Any], message: str, year: int, at: str) -> list[str]:
+def _schema(obj: dict[str, Any], message: str, year: JsonYear, at: str) -> list[str]:
     """Unknown keys and values of the wrong type in one object of run.proto (main.py:100 / 109: error)."""
-    fields = FIELDS[year][message]
-    rule = f" [{year} validator: error, run.proto]"
-    problems = [f"{at}: unknown field {key!r} (the {year} {message} has {', '.join(fields)}){rule}"
+    fields = year.fields[message]
+    rule = f" [{year.year} validator: error, run.proto]"
+    problems = [f"{at}: unknown field {key!r} (the {year.year} {message} has {', '.join(fields)}){rule}"
                 for key in obj if key not in fields]
     problems += [f"{at}: {key} must be {kind}, found {_shown(obj[key])}{rule}"
                  for key, kind in fields.items() if key in obj and not _fits(obj[key], kind)]
@@ -136,10 +199,10 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _check(path: Path, turns: list[Turn], year: int) -> list[str]:
+def _check(path: Path, turns: list[Turn], year: JsonYear) -> list[str]:
     data = read_json(path, "submission")
     by_id = {t.turn_id: t for t in turns}
-    v_error, v_warning = f" [{year} validator: error]", f" [{year} validator: warning]"
+    v_error, v_warning = f" [{year.year} validator: error]", f" [{year.year} validator: warning]"
     if not isinstance(data, dict):
         return [f"the file is not a JSON object with run_name, run_type and turns{v_error}"]
     problems = _schema(data, "run", year, "top level")
@@ -150,12 +213,12 @@ def _check(path: Path, turns: list[Turn], year: int) -> list[str]:
         problems.append(f"run_name is empty{v_warning}")
     # main.py:230-235 / 251-256: run_type empty or not one of the year's types (warning)
     run_type = data.get("run_type")
-    run_types = FORMATS.get(f"ikat{year % 100}").run_types
+    run_types = FORMATS.get(year.name).run_types
     if isinstance(run_type, str) and run_type not in run_types:
         problems.append(f"run_type {run_type!r} is not one of {', '.join(run_types)}{v_warning}")
     # 2024 run.proto:8: a missing eval_response is false, "only retrieval": the responses are not judged (2024
     # guidelines l.115, 341, 494); apcir always writes it
-    if year == 2024 and "eval_response" not in data:
+    if year.eval_response and "eval_response" not in data:
         problems.append("top level: eval_response is missing: the organisers read it as false, and then do not "
                         "judge the responses [guidelines]")
     raw_turns = data.get("turns")
@@ -175,27 +238,28 @@ def _check(path: Path, turns: list[Turn], year: int) -> list[str]:
 
 
 def check_2023(path: Path, turns: list[Turn]) -> list[str]:
-    return _check(path, turns, 2023)
+    return _check(path, turns, IKAT23)
 
 
 def check_2024(path: Path, turns: list[Turn]) -> list[str]:
-    return _check(path, turns, 2024)
+    return _check(path, turns, IKAT24)
 
 
-def _turn_id_problem(turn_id: Any, year: int) -> str | None:
+def _turn_id_problem(turn_id: Any, year: JsonYear) -> str | None:
     """main.py:187-193 / 200-207: '<conversation>_<int>' (2024: '<int>_<int>'), else the validator stops."""
     if not isinstance(turn_id, str):
         return None  # reported by the schema check
     parts = turn_id.split("_")
-    ok = len(parts) == 2 and parts[1].isdigit() and (parts[0].isdigit() if year == 2024 else bool(parts[0]))
+    numbered = year.numbered_conversations
+    ok = len(parts) == 2 and parts[1].isdigit() and (parts[0].isdigit() if numbered else bool(parts[0]))
     if ok:
         return None
-    form = "<int>_<int>, e.g. 0_3" if year == 2024 else "<conversation>_<turn>, e.g. 9-1_3"
-    return f"turn id {turn_id!r} is not of the form {form} [{year} validator: error]"
+    form = "<int>_<int>, e.g. 0_3" if numbered else "<conversation>_<turn>, e.g. 9-1_3"
+    return f"turn id {turn_id!r} is not of the form {form} [{year.year} validator: error]"
 
 
-def _check_turn(raw: dict[str, Any], index: int, by_id: dict[str, Turn], year: int, run_type: str) -> list[str]:
-    v_warning = f" [{year} validator: warning]"
+def _check_turn(raw: dict[str, Any], index: int, by_id: dict[str, Turn], year: JsonYear, run_type: str) -> list[str]:
+    v_warning = f" [{year.year} validator: warning]"
     turn_id = submitted_turn_id(raw.get("turn_id", ""))
     topic = by_id.get(turn_id)
     where = f"turn {turn_id}" if isinstance(raw.get("turn_id"), str) else f"turn entry #{index}"
@@ -209,7 +273,7 @@ def _check_turn(raw: dict[str, Any], index: int, by_id: dict[str, Turn], year: i
     for number, response in enumerate(responses, start=1):
         at = f"{where}, response {number}"
         if not isinstance(response, dict):
-            problems.append(f"{at}: not an object [{year} validator: error, run.proto]")
+            problems.append(f"{at}: not an object [{year.year} validator: error, run.proto]")
             continue
         problems += _schema(response, "response", year, at)
         rank = response.get("rank", 0)
@@ -223,7 +287,7 @@ def _check_turn(raw: dict[str, Any], index: int, by_id: dict[str, Turn], year: i
         text = response.get("text")
         # utils.py:35-37 / 38-40: empty text (warning; 2024: allowed for only_response runs)
         if not isinstance(text, str) or not text.strip():
-            if not (year == 2024 and run_type == "only_response"):
+            if run_type != year.textless_run_type:
                 problems.append(f"{at}: empty text{v_warning}")
             text = ""
         # guidelines 2023 l.96, 2024 l.122: at most 250 words
@@ -234,8 +298,8 @@ def _check_turn(raw: dict[str, Any], index: int, by_id: dict[str, Turn], year: i
     return problems
 
 
-def _check_provenance(items: Any, text: str, at: str, year: int) -> list[str]:
-    v_warning = f" [{year} validator: warning]"
+def _check_provenance(items: Any, text: str, at: str, year: JsonYear) -> list[str]:
+    v_warning = f" [{year.year} validator: warning]"
     # main.py:145-147 / 161-163: no passage provenance (warning), which also means none used (main.py:139-143)
     if not isinstance(items, list) or not items:
         return [f"{at}: no passage provenance{v_warning}"]
@@ -246,7 +310,7 @@ def _check_provenance(items: Any, text: str, at: str, year: int) -> list[str]:
     seen: set[str] = set()
     for position, item in enumerate(items, start=1):
         if not isinstance(item, dict):
-            problems.append(f"{at}: provenance #{position} is not an object [{year} validator: error, run.proto]")
+            problems.append(f"{at}: provenance #{position} is not an object [{year.year} validator: error, run.proto]")
             continue
         problems += _schema(item, "passage", year, f"{at}, provenance #{position}")
         pid = item.get("id")
@@ -273,8 +337,8 @@ def _check_provenance(items: Any, text: str, at: str, year: int) -> list[str]:
     return problems
 
 
-def _check_ptkb(items: Any, at: str, topic: Turn | None, year: int) -> list[str]:
-    v_error, v_warning = f" [{year} validator: error]", f" [{year} validator: warning]"
+def _check_ptkb(items: Any, at: str, topic: Turn | None, year: JsonYear) -> list[str]:
+    v_error, v_warning = f" [{year.year} validator: error]", f" [{year.year} validator: warning]"
     # main.py:152-155 / 168-171: no PTKB provenance (warning)
     if not isinstance(items, list) or not items:
         return [f"{at}: no PTKB provenance{v_warning}"]
@@ -283,7 +347,7 @@ def _check_ptkb(items: Any, at: str, topic: Turn | None, year: int) -> list[str]
     previous = math.inf
     for position, item in enumerate(items, start=1):
         where = f"{at}, PTKB #{position}"
-        if year == 2024:
+        if year.ptkb_ids:
             # run.proto:27: a list of int32 (error otherwise); utils.py:91-93: 0..len(ptkb) (error); apcir also
             # rejects 0, which theirs lets through although statement ids start at 1
             if not isinstance(item, int) or isinstance(item, bool):
@@ -295,7 +359,7 @@ def _check_ptkb(items: Any, at: str, topic: Turn | None, year: int) -> list[str]
                 problems.append(f"{where}: statement {item} is not in the profile (ids 1-{len(topic.ptkb)}){tag}")
         else:
             if not isinstance(item, dict):  # run.proto:24, 37-41: {id, text, score} objects (error)
-                problems.append(f"{where}: 2023 PTKB provenance must be {{id, text, score}} objects{v_error}")
+                problems.append(f"{where}: {year.year} PTKB provenance must be {{id, text, score}} objects{v_error}")
                 continue
             problems += _schema(item, "ptkb", year, where)
             statement = str(item.get("id", "")) if isinstance(item.get("id", ""), str) else ""

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,9 +17,9 @@ from apcir.contract.responses import ResponseRecord
 from apcir.contract.runs import ranking
 from apcir.contract.stage import Stage, StageContext, StageResult, an_output, not_an_input
 from apcir.errors import ApcirError
-from apcir.io import read_bytes, read_json, read_text, write_json, write_jsonl, write_text
-from apcir.submission.common import MAX_WORDS, USED_TOP, SubmissionInputs, format_year_problem, plan
-from apcir.submission.formats import FORMATS
+from apcir.io import read_bytes, write_json, write_jsonl, write_text
+from apcir.submission.common import MAX_WORDS, USED_TOP, SubmissionInputs, plan
+from apcir.submission.formats import FORMATS, detect_format
 from apcir.submission.settings import ExportSettings
 
 Submission = list[dict[str, Any]] | dict[str, Any] | str
@@ -55,7 +54,7 @@ def check_inputs(inputs: SubmissionInputs, fmt: str, *, allow_missing_text: bool
     """Refuse a submission the organisers' validator cannot read or that would be incomplete; warn about what will
     not be in it (see :func:`write_submission`)."""
     spec = FORMATS.get(fmt)
-    mismatch = format_year_problem(fmt, spec.year, inputs.year)
+    mismatch = spec.year_problem(inputs.year)
     if mismatch is not None:
         raise ApcirError(f"refusing to write it: {mismatch}")
     if inputs.run_type not in spec.run_types:
@@ -84,7 +83,7 @@ def check_inputs(inputs: SubmissionInputs, fmt: str, *, allow_missing_text: bool
         example = f", e.g. {next(iter(sorted(inputs.responses)))}" if inputs.responses else ""
         raise ApcirError(f"none of the {len(inputs.responses)} response record(s) is for a turn of the topics "
                          f"({len(known)} turns{example}): are they the responses of this run and these topics?")
-    plans = plan(inputs, spec.year or inputs.year or 2023)  # a format of no year (trec) plans as the topics
+    plans = plan(inputs)  # what the warnings read (the text, citations, cuts) is the same in every format
     if inputs.responses is None:
         warn("no responses given (--responses / the respond stage): the response text is the "
              f"{'pseudo-response' if inputs.mode == 'pseudo' else 'top passage'}, which cites nothing and is not "
@@ -133,36 +132,6 @@ def write_submission(inputs: SubmissionInputs, fmt: str, out: Path, *, allow_mis
     return save_submission(build_submission(inputs, fmt), out)
 
 
-def detect_format(path: Path) -> str:
-    """A format whose ``detect`` recognises the file (a TREC run); else ``ikat25`` for JSONL, otherwise
-    ``ikat23`` or ``ikat24`` by the shape of PTKB provenance."""
-    text = read_text(path, "submission").lstrip() if path.exists() else ""
-    if not text:
-        raise ApcirError("submission file is missing or empty", path=path)
-    for spec in FORMATS:
-        if spec.detect is not None and spec.call("detect", path):
-            return spec.name
-    if text.startswith("{") and "\n{" in text.strip():
-        return "ikat25"
-    data = read_json(path, "submission")
-    if isinstance(data, dict) and "turns" in data:
-        if "eval_response" in data:
-            return "ikat24"
-        for turn in _items(data.get("turns")):
-            for response in _items(turn.get("responses")) if isinstance(turn, dict) else []:
-                for item in _items(response.get("ptkb_provenance")) if isinstance(response, dict) else []:
-                    return "ikat23" if isinstance(item, dict) else "ikat24"
-        first = next((t.get("turn_id") for t in _items(data.get("turns")) if isinstance(t, dict)), None)
-        return "ikat24" if isinstance(first, str) and re.match(r"^\d+_\d+$", first) else "ikat23"
-    if isinstance(data, dict) and "references" in data:
-        return "ikat25"
-    raise ApcirError("not an iKAT submission: expected a JSON object with 'turns' or JSONL lines", path=path)
-
-
-def _items(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
 def validate_submission(path: Path, turns: list[Turn], fmt: str | None = None,
                         topics_year: int | None = None) -> list[str]:
     """Every problem found in the submission at ``path`` against the topics ``turns`` (of iKAT ``topics_year``).
@@ -170,7 +139,7 @@ def validate_submission(path: Path, turns: list[Turn], fmt: str | None = None,
     A format of another year than the topics' is one problem, and the checks against the topics stop there: every
     turn would be "not in the topics" (the organisers' validator stops there too)."""
     spec = FORMATS.get(fmt or detect_format(path))
-    mismatch = format_year_problem(spec.name, spec.year, topics_year)
+    mismatch = spec.year_problem(topics_year)
     problems: list[str] = [f"{mismatch} [{spec.year} validator: error]"] if mismatch else []
     if spec.year is not None and read_bytes(path, "submission").startswith(b"\xef\xbb\xbf"):
         # 2023/2024 main.py json.load(f) and 2025 json.loads(line) on text read as UTF-8 raise "Unexpected UTF-8

@@ -12,8 +12,8 @@ from pathlib import Path
 from apcir.console import shown
 from apcir.contract.records import Turn
 from apcir.contract.runs import ranking, read_run_file, validate_run
-from apcir.io import iter_lines
 from apcir.submission.common import CLUEWEB_ID, SubmissionInputs
+from apcir.submission.formats import SURE, Sample
 
 
 def build(inputs: SubmissionInputs) -> str:
@@ -34,9 +34,7 @@ def check(path: Path, turns: list[Turn]) -> list[str]:
     return problems
 
 
-def looks_like(path: Path) -> bool:
-    """Six whitespace-separated columns on the first line, and not JSON."""
-    for _, line in iter_lines(path, "file"):
-        if line.strip():
-            return len(line.split()) == 6 and not line.lstrip().startswith("{")
-    return False
+def sniff(sample: Sample) -> float:
+    """Sure when the first line has six whitespace-separated columns and is not JSON."""
+    line = sample.first_line
+    return SURE if len(line.split()) == 6 and not line.startswith("{") else 0.0

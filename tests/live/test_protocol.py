@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
 import pytest
 
 from apcir.errors import ApcirError
-from apcir.live.protocol import PROTOCOLS, RunStatus, Utterance, parse_dump
+from apcir.live.protocol import PROTOCOLS, RunStatus, Utterance, extra_persona, parse_dump, protocol_for
 
 
 def _reply(*history: tuple[str, str]) -> Utterance:
@@ -47,3 +52,32 @@ def test_each_year_puts_the_persona_flag_and_provenance_where_its_server_reads_t
     assert PROTOCOLS[2025].start_body("r", "d", True)["track_persona"] is True
     assert PROTOCOLS[2025].continue_body("r", "x", {}, ["s"])["ptkb_provenance"] == ["s"]
     assert (PROTOCOLS[2025].citations, PROTOCOLS[2026].citations) == (1000, 10)
+
+
+def test_the_bodies_are_sent_as_before_byte_for_byte():
+    """The years as records give the bodies the organisers' server got before, key order included."""
+    def sent(body):
+        return json.dumps(body)
+
+    assert sent(PROTOCOLS[2026].start_body("r", "d", False)) == \
+        '{"run_id": "r", "description": "d", "extra": {"track_persona": false}}'
+    assert sent(PROTOCOLS[2025].start_body("r", "d", True)) == \
+        '{"run_id": "r", "description": "d", "track_persona": true}'
+    assert sent(PROTOCOLS[2026].continue_body("r", "x", {"p": 1}, ("s",))) == \
+        '{"run_id": "r", "response": "x", "citations": {"p": 1.0}, "meta": {"ptkb_provenance": ["s"]}}'
+    assert sent(PROTOCOLS[2025].continue_body("r", "x", {}, [])) == \
+        '{"run_id": "r", "response": "x", "citations": {}, "ptkb_provenance": []}'
+
+
+def test_a_year_is_one_record_looked_up_outside_the_server():
+    assert protocol_for(2026) is PROTOCOLS[2026] and protocol_for(2025).unstored and not protocol_for(2026).unstored
+    with pytest.raises(ApcirError, match="--protocol 2024: expected one of 2025, 2026"):
+        protocol_for(2024)
+    # a new year is a record: the body builders of an existing form, or new ones
+    later = replace(PROTOCOLS[2026], year=2027, persona=lambda flag: {"persona": {"track": flag}})
+    assert later.start_body("r", "d", True) == {"run_id": "r", "description": "d", "persona": {"track": True}}
+    assert extra_persona(True) == {"extra": {"track_persona": True}}
+    # the agent's side (client, converse, the protocol) never loads the local simulation server
+    code = ("import sys, apcir.live.protocol, apcir.live.client, apcir.live.converse, apcir.cli.live_commands; "
+            "sys.exit('apcir.live.server' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
