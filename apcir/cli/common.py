@@ -186,3 +186,79 @@ def llm_values(given: dict[str, Any]) -> dict[str, Any]:
             values[name] = str(values[name])
     values["no_cache"] = values.get("no_cache") or None
     return values
+
+
+# ---- an entry's own options, generated from the models of a registry's entries -------------------------
+def _cli_annotation(annotation: Any) -> Any | None:
+    """The option type of a settings field (a Literal is given as text); None for a section (a nested model)."""
+    import typing
+
+    if typing.get_origin(annotation) is typing.Literal:
+        return str | None
+    args = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]
+    base = args[0] if len(args) == 1 else None
+    if typing.get_origin(base) is typing.Literal:
+        return str | None
+    if base in (int, float, str, bool, Path):
+        return base | None
+    return None
+
+
+class EntryOptions:
+    """A command with the options of a registry's entries (:func:`apcir.options.option_fields`) generated from
+    their models, read when typer builds the command (so a plugin installed since is included), collected into
+    the command's ``options`` argument: the values given, by settings key."""
+
+    def __init__(self, command: Callable[..., Any], registry: Any, skip: Sequence[str] = ()) -> None:
+        self.command = command
+        self.registry = registry
+        self.skip = set(skip)
+        self.__name__ = getattr(command, "__name__", "command")
+        self.__qualname__ = getattr(command, "__qualname__", self.__name__)
+        self.__module__ = getattr(command, "__module__", __name__)
+        self.__doc__ = command.__doc__
+
+    def _own(self) -> list[tuple[inspect.Parameter, str]]:
+        from apcir.options import option_fields
+
+        taken = set(inspect.signature(self.command).parameters)
+        params = []
+        for name, option in option_fields(self.registry).items():
+            annotation = _cli_annotation(option.field.annotation)
+            if annotation is None or name in taken or name in self.skip:
+                continue  # a section (rankgpt's llm: the LLM options), or a name the command has already
+            flag = "--" + name.replace("_", "-")
+            flags = (f"{flag}/--no-{name.replace('_', '-')}",) if annotation == bool | None else (flag,)
+            default = option.field.get_default(call_default_factory=True)
+            shown_default = f" (default {default})" if default not in (None, "") else ""
+            info = typer.Option(None, *flags, help=f"{option.help}{shown_default}.", show_default=False)
+            params.append((inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info,
+                                             annotation=annotation), name))
+        return params
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        signature = inspect.signature(self.command)
+        hints = get_type_hints(self.command)
+        params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in signature.parameters.values()
+                  if p.name != "options"]
+        return signature.replace(parameters=params + [p for p, _ in self._own()])
+
+    @property
+    def __annotations__(self) -> dict[str, Any]:  # type: ignore[override]
+        hints = get_type_hints(self.command)
+        return {p.name: p.annotation for p in self.__signature__.parameters.values()} | {"return": hints.get("return")}
+
+    def __call__(self, **values: Any) -> Any:
+        own = {name: values.pop(name) for _, name in self._own() if name in values}
+        return self.command(**values, options={k: v for k, v in own.items() if v is not None})
+
+
+def entry_options(registry: Any, skip: Sequence[str] = ()) -> Callable[[Callable[..., Any]], EntryOptions]:
+    """Give a command the options of ``registry``'s entries (generated from each entry's options model, once for
+    every command), collected into its ``options`` argument; ``skip`` leaves some out."""
+
+    def decorate(command: Callable[..., Any]) -> EntryOptions:
+        return EntryOptions(command, registry, skip)
+
+    return decorate
