@@ -28,7 +28,7 @@ class Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-O = TypeVar("O", bound=Options)
+OptionsT = TypeVar("OptionsT", bound=Options)
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ class EntrySettings(BaseModel):
             data.update(options if isinstance(options, dict) else {})
         return data
 
-    def own(self, model: type[O]) -> O:
+    def own(self, model: type[OptionsT]) -> OptionsT:
         """The chosen entry's options, as its own model (what its ``load`` reads)."""
         if not isinstance(self.options, model):
             raise TypeError(f"the {getattr(self, self.ENTRY_KEY)} {self.ENTRY_REGISTRY.concept}'s options are "

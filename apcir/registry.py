@@ -7,17 +7,19 @@ everywhere.
 
 Third-party packages add entries through entry points, as PyTerrier's
 ``pyterrier.modules`` do: a registry with a ``group`` (``apcir.backends``,
-``apcir.rerankers``, ``apcir.formats``, ``apcir.reformulators``) loads, on
-first use, every entry point of that group. An entry point names a spec (a
-``BackendSpec``, ``RerankerSpec``, ...), a list of them, or a function
-returning either::
+``apcir.rerankers``, ``apcir.formats``, ``apcir.reformulators``,
+``apcir.responders``, ``apcir.matchers``) loads, on first use, every entry point
+of that group. An entry point names a spec (a ``BackendSpec``,
+``RerankerSpec``, ...), a list of them, or a function returning either::
 
     # the plugin's pyproject.toml
     [project.entry-points."apcir.backends"]
     toy = "toy_plugin:BACKEND"
 
 A plugin entry never replaces a built-in one of the same name (a warning says
-so).
+so). An entry with options of its own names their pydantic model (see
+:mod:`apcir.options`); a settings field holding a registered name is
+``Annotated[str, InRegistry(REGISTRY)]`` (:class:`InRegistry`).
 
 A name that is not registered is refused in one line that names it and the
 closest registered names (:func:`unknown_name`), wherever it is given: a config

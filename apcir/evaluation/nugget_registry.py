@@ -62,7 +62,7 @@ def _learned(settings: MatcherSettings) -> Matcher:
 # cross-validation over its 25 turns: benchmarks/nugget_agreement.py prints them; docs/guide/responses.md has the
 # table. τ = the median of the τs chosen on the training folds of 10 random 5-fold splits (lexical 0.508, range 0.417
 # to 0.606; embedding 0.663, range 0.654 to 0.764), to two decimals.
-MATCHERS: Registry[MatcherSpec] = Registry("nugget matcher")
+MATCHERS: Registry[MatcherSpec] = Registry("nugget matcher", "apcir.matchers")
 MATCHERS.add(MatcherSpec("lexical", "lexical overlap", "share of the nugget's content words in the response",
                          True, 0.51, "free: no model", lambda s: LexicalMatcher()))
 MATCHERS.add(MatcherSpec("embedding", "embedding similarity",

@@ -31,8 +31,8 @@ from apcir.errors import ApcirError
 from apcir.evaluation.settings import EvaluationSettings
 from apcir.fusion.settings import FusionSettings
 from apcir.io import check_unicode, read_text
-from apcir.reformulation.settings import ReformulatorOptions
 from apcir.options import EntrySettings
+from apcir.reformulation.settings import ReformulatorOptions
 from apcir.reranking.settings import RerankSettings
 from apcir.responses.settings import RespondSettings
 from apcir.retrieval.settings import RetrievalSettings

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from apcir.options import Options
-
 from apcir.registry import Registry
 from apcir.reranking.options import MonoT5Options, PointwiseOptions, RankGPTOptions
 

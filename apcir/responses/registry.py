@@ -70,7 +70,7 @@ def llm_identity(settings: RespondSettings) -> dict[str, Any]:
             **(settings.model_dump(include={"aggregate", "sample_temperature"}) if settings.best_of > 1 else {})}
 
 
-RESPONDERS: Registry[ResponderSpec] = Registry("responder")
+RESPONDERS: Registry[ResponderSpec] = Registry("responder", "apcir.responders")
 RESPONDERS.add(ResponderSpec(
     EXTRACTIVE, "offline baseline, not an LLM: the top passages' sentences most similar to the rewrite, each cited",
     EXTRACTIVE, True, "apcir.responses.extractive:identity", "apcir.responses.extractive:produce",

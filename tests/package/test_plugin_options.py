@@ -11,7 +11,9 @@ import pytest
 from tiny_models import write_collection
 
 from apcir.errors import ApcirError
+from apcir.evaluation.nugget_registry import MATCHERS
 from apcir.reranking.registry import RERANKERS
+from apcir.responses.registry import RESPONDERS
 
 PLUGIN = Path(__file__).resolve().parents[1] / "plugins" / "with_options"
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -19,13 +21,20 @@ TURN = "9-1_1"
 LENGTHS = {f"clueweb22-en0000-00-{i:05d}:0": n for i, n in enumerate([3, 9, 1, 6, 4])}
 
 
+REGISTRIES = [RERANKERS, RESPONDERS, MATCHERS]
+
+
 @pytest.fixture
 def plugin(monkeypatch):
-    saved = dict(RERANKERS._entries)
+    """The plugin installed (its dist-info on sys.path): the names each registry added, and the registries as they
+    were afterwards (entries read while it was installed leave with it)."""
+    for registry in REGISTRIES:
+        registry.load_plugins()  # what is installed without it, read now
+    saved = [dict(r._entries) for r in REGISTRIES]
     monkeypatch.syspath_prepend(str(PLUGIN))
-    added = RERANKERS.load_plugins(again=True)
-    yield added
-    RERANKERS._entries = saved
+    yield [r.load_plugins(again=True) for r in REGISTRIES]
+    for registry, entries in zip(REGISTRIES, saved):
+        registry._entries = entries
 
 
 @pytest.fixture
@@ -52,7 +61,7 @@ def config(**rerank):
 def test_the_plugin_option_is_reached_from_a_config(plugin):
     from apcir.reranking.stage import rerank_run
 
-    assert plugin == ["wordcount"]
+    assert plugin == [["wordcount"], ["first"], ["letters"]]
     settings = config(reranker="wordcount", favour="long", depth=5).rerank[0]
     assert settings.options.favour == "long" and settings.favour == "long"
     assert settings.model_dump()["favour"] == "long", "a dump gives the plugin's key flat, as a config has it"
@@ -110,3 +119,22 @@ def test_the_plugin_option_is_in_the_generated_reference(plugin):
     assert "| `--favour` |  | wordcount: which passages come first: short or long ones (default short). |" \
            in rerank_section
     assert "`--min-words`" in rerank_section
+
+
+def test_a_plugin_responder_and_matcher_join_through_their_entry_point_groups(plugin, tmp_path):
+    import apcir
+    from apcir.evaluation.nugget_matchers import MatcherSettings
+    from apcir.evaluation.nuggets import Nugget
+    from apcir.experiment.config import validate_config
+
+    turns = [t for t in apcir.topics("ikat23-test") if t.conversation_id == "9-1"][:2]
+    passages = {pid: f"passage {n} words long" for pid, n in LENGTHS.items()}
+    run = {t.turn_id: {p: 10.0 - i for i, p in enumerate(passages)} for t in turns}
+    responses = apcir.respond(turns, apcir.reformulate(turns, "heuristic"), run, passages, "first")
+    assert [r.citations for r in responses.values()] == [[next(iter(passages))]] * 2
+    assert validate_config({"name": "p", "fusion": {"weights": {"source": "file", "file": "w.json"}},
+                            "respond": {"responder": "first"}}).respond.responder == "first"
+    nugget = Nugget(turn_id=turns[0].turn_id, nugget_id="1", text="abc")
+    assert MATCHERS.get("letters").build(MatcherSettings()).scores([(nugget, "cab"), (nugget, "xyz")]) == [1.0, 0.0]
+    with pytest.raises(ApcirError, match="did you mean 'letters'"):
+        MATCHERS.get("leters")
