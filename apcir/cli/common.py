@@ -125,6 +125,9 @@ class _Option:
     minimum: float | None = None
 
 
+_LLM_ARGUMENT = "llm"
+"""The argument the LLM options are collected into."""
+
 LLM_OPTIONS: tuple[_Option, ...] = (
     _Option("base_url", str | None, None, ("--base-url",),
             "OpenAI-compatible server, e.g. http://localhost:8000/v1 (default OPENAI_BASE_URL)."),
@@ -159,7 +162,7 @@ def llm_options(prefix: str = "", exclude: tuple[str, ...] = ()) -> Callable[[Ca
         hints = get_type_hints(command)
         signature = inspect.signature(command)
         params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in signature.parameters.values()
-                  if p.name != "llm"]
+                  if p.name != _LLM_ARGUMENT]
         for option in chosen:
             info = typer.Option(option.default, *option.flags, help=prefix + option.help, min=option.minimum)
             params.append(inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, default=info,

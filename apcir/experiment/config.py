@@ -32,6 +32,7 @@ from apcir.evaluation.settings import EvaluationSettings
 from apcir.fusion.settings import FusionSettings
 from apcir.io import check_unicode, read_text
 from apcir.options import EntrySettings
+from apcir.reformulation.registry import source_file
 from apcir.reformulation.settings import ReformulatorOptions
 from apcir.reranking.settings import RerankSettings
 from apcir.responses.settings import RespondSettings
@@ -133,7 +134,7 @@ class ExperimentConfig(BaseModel):
         naming them, rather than tuning on fallbacks (see fusion.weights.tune_method)."""
         weights = self.fusion.weights
         tuner = weights.tune_method or self.reformulator.method
-        if weights.source != "tune" or not weights.tune_topics or not tuner.startswith("file:"):
+        if weights.source != "tune" or not weights.tune_topics or source_file(tuner) is None:
             return self
         from apcir.reformulation.file import file_path, read_fields
 
