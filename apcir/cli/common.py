@@ -18,6 +18,7 @@ from apcir.console import err as err_console
 from apcir.console import out as console
 from apcir.errors import ApcirError
 from apcir.llm.batch import BatchSummary
+from apcir.llm.settings import LLMSettings
 
 __all__ = ["console", "err_console", "llm_options", "llm_values", "means_table", "print_json", "settings"]
 
@@ -117,38 +118,54 @@ def print_batch_summary(summary: BatchSummary, title: str, extra: Sequence[tuple
 # ---- the LLM options, one definition for every command that asks a model ------------------------------
 @dataclass(frozen=True)
 class _Option:
+    """An LLM option: its help and least value are those of the :class:`~apcir.llm.settings.LLMSettings` field of
+    the same name (written once, there)."""
+
     name: str
     annotation: Any
     default: Any
     flags: tuple[str, ...]
-    help: str
-    minimum: float | None = None
+
+    @property
+    def help(self) -> str:
+        return field_help(LLMSettings, self.name)
+
+    @property
+    def minimum(self) -> float | None:
+        return field_minimum(LLMSettings, self.name)
+
+
+def field_help(model: type[BaseModel], name: str) -> str:
+    """A settings field's description as an option's help: ``Requests in flight at most (default 8).``"""
+    field = model.model_fields[name]
+    text = field.description or ""
+    default = field.get_default(call_default_factory=True)
+    shown = f" (default {default})" if default not in (None, "", False) and "default" not in text else ""
+    return f"{text[:1].upper()}{text[1:]}{shown}."
+
+
+def field_minimum(model: type[BaseModel], name: str) -> float | None:
+    """The least value a settings field takes (its ``ge``), for the option's ``min``."""
+    return next((m.ge for m in model.model_fields[name].metadata if getattr(m, "ge", None) is not None), None)
 
 
 _LLM_ARGUMENT = "llm"
 """The argument the LLM options are collected into."""
 
 LLM_OPTIONS: tuple[_Option, ...] = (
-    _Option("base_url", str | None, None, ("--base-url",),
-            "OpenAI-compatible server, e.g. http://localhost:8000/v1 (default OPENAI_BASE_URL)."),
-    _Option("api_key_env", str | None, None, ("--api-key-env",),
-            "Environment variable holding the API key (default OPENAI_API_KEY)."),
-    _Option("cache_dir", Path | None, None, ("--cache-dir",),
-            "LLM answer cache (default $APCIR_CACHE_DIR or ~/.cache/apcir/llm)."),
-    _Option("no_cache", bool, False, ("--no-cache",), "Neither read nor write the cache."),
-    _Option("concurrency", int | None, None, ("--concurrency", "-j"), "Requests in flight at most (default 8).", 1),
-    _Option("structured", str | None, None, ("--structured",),
-            "Structured output: auto (default), json_schema, json_object_schema, json_object or none."),
-    _Option("temperature", float | None, None, ("--temperature",), "Sampling temperature (default 0)."),
-    _Option("max_tokens", int | None, None, ("--max-tokens",), "Answer length limit in tokens.", 1),
-    _Option("timeout", float | None, None, ("--timeout",),
-            "Seconds before a request is abandoned (and retried; default 120)."),
-    _Option("max_retries", int | None, None, ("--max-retries",), "Retries on 429, 5xx and timeouts (default 6).", 0),
-    _Option("retry_delay", float | None, None, ("--retry-delay",),
-            "First backoff delay in seconds (doubles; default 1).", 0.0),
-    _Option("max_prompt_tokens", int | None, None, ("--max-prompt-tokens",),
-            "Fit every prompt to this many tokens (the server's context window minus --max-tokens).", 16),
-    _Option("prices", Path | None, None, ("--prices",), 'JSON price file {"model": {"input": $/1M, "output": $/1M}}.'),
+    _Option("base_url", str | None, None, ("--base-url",)),
+    _Option("api_key_env", str | None, None, ("--api-key-env",)),
+    _Option("cache_dir", Path | None, None, ("--cache-dir",)),
+    _Option("no_cache", bool, False, ("--no-cache",)),
+    _Option("concurrency", int | None, None, ("--concurrency", "-j")),
+    _Option("structured", str | None, None, ("--structured",)),
+    _Option("temperature", float | None, None, ("--temperature",)),
+    _Option("max_tokens", int | None, None, ("--max-tokens",)),
+    _Option("timeout", float | None, None, ("--timeout",)),
+    _Option("max_retries", int | None, None, ("--max-retries",)),
+    _Option("retry_delay", float | None, None, ("--retry-delay",)),
+    _Option("max_prompt_tokens", int | None, None, ("--max-prompt-tokens",)),
+    _Option("prices", Path | None, None, ("--prices",)),
 )
 
 
