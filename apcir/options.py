@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_serializer, model_validator
 from pydantic.fields import FieldInfo
 
 from apcir.registry import Registry
@@ -105,12 +105,13 @@ class EntrySettings(BaseModel):
         return data
 
     @model_validator(mode="after")
-    def _validate_options(self) -> EntrySettings:
+    def _validate_options(self, info: ValidationInfo) -> EntrySettings:
         name = getattr(self, self.ENTRY_KEY)
         model = options_of(self.ENTRY_REGISTRY.get(name))
         if not isinstance(self.options, model):
             raw = self.options if isinstance(self.options, dict) else {}
-            self.options = model.model_validate(raw)  # its errors name the key (loc), as a shared key's do
+            strict = bool((info.context or {}).get("strict"))  # a config is read strictly, its entry's keys too
+            self.options = model.model_validate(raw, strict=strict)  # its errors name the key, as a shared key's do
         return self
 
     @model_serializer(mode="wrap")

@@ -261,7 +261,7 @@ def validate_config(data: dict[str, object], path: Path | None = None) -> Experi
     """An :class:`ExperimentConfig` from plain data; every invalid field is named."""
     try:
         # strict: a config says what it means (k = true is not k = 1, "yes" is not true)
-        return ExperimentConfig.model_validate(data, strict=True)
+        return ExperimentConfig.model_validate(data, strict=True, context={"strict": True})
     except ValidationError as exc:
         errors = exc.errors()
         unknown = [e for e in errors if e["type"] == "extra_forbidden"]

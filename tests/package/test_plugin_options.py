@@ -138,3 +138,14 @@ def test_a_plugin_responder_and_matcher_join_through_their_entry_point_groups(pl
     assert MATCHERS.get("letters").build(MatcherSettings()).scores([(nugget, "cab"), (nugget, "xyz")]) == [1.0, 0.0]
     with pytest.raises(ApcirError, match="did you mean 'letters'"):
         MATCHERS.get("leters")
+
+
+def test_a_builtin_entrys_own_keys_are_read_as_strictly_and_guessed_as_the_shared_ones():
+    with pytest.raises(ApcirError, match="rerank.0.batch_size: Input should be a valid integer"):
+        config(reranker="monot5", batch_size="16")  # a config says what it means, an entry's keys too
+    with pytest.raises(ApcirError, match=r"'rerank\[1\]\.true_tokn': did you mean 'rerank\[1\]\.true_token'"):
+        config(reranker="monot5", true_tokn="yes")
+    with pytest.raises(ApcirError, match=r"'rerank\[1\]\.llm\.bse_url': did you mean 'rerank\[1\]\.llm\.base_url'"):
+        config(reranker="rankgpt", llm={"bse_url": "http://localhost:1/v1"})
+    settings = config(reranker="rankgpt", window=10, llm={"base_url": "http://localhost:1/v1"}).rerank[0]
+    assert (settings.window, settings.step, settings.llm.base_url) == (10, 10, "http://localhost:1/v1")
