@@ -7,17 +7,19 @@ everywhere.
 
 Third-party packages add entries through entry points, as PyTerrier's
 ``pyterrier.modules`` do: a registry with a ``group`` (``apcir.backends``,
-``apcir.rerankers``, ``apcir.formats``, ``apcir.reformulators``) loads, on
-first use, every entry point of that group. An entry point names a spec (a
-``BackendSpec``, ``RerankerSpec``, ...), a list of them, or a function
-returning either::
+``apcir.rerankers``, ``apcir.formats``, ``apcir.reformulators``,
+``apcir.responders``, ``apcir.matchers``) loads, on first use, every entry point
+of that group. An entry point names a spec (a ``BackendSpec``,
+``RerankerSpec``, ...), a list of them, or a function returning either::
 
     # the plugin's pyproject.toml
     [project.entry-points."apcir.backends"]
     toy = "toy_plugin:BACKEND"
 
 A plugin entry never replaces a built-in one of the same name (a warning says
-so).
+so). An entry with options of its own names their pydantic model (see
+:mod:`apcir.options`); a settings field holding a registered name is
+``Annotated[str, InRegistry(REGISTRY)]`` (:class:`InRegistry`).
 
 A name that is not registered is refused in one line that names it and the
 closest registered names (:func:`unknown_name`), wherever it is given: a config
@@ -31,7 +33,7 @@ model is asked for it.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from importlib import metadata
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -194,3 +196,29 @@ class Registry(Generic[T]):
         """``name (description); ...`` for command-line help."""
         self.load_plugins()
         return "; ".join(f"{e.name} ({e.description})" for e in self._entries.values())
+
+
+class InRegistry:
+    """The one annotated type for "a name registered in ``registry``": ``Annotated[str, InRegistry(RERANKERS)]``
+    refuses (a pydantic error on the field) a name the registry does not have, with the closest names, as
+    :meth:`Registry.validate` does; ``open_ended`` registries (a responder's other names are models') refuse only
+    a near miss (:meth:`Registry.near_miss`, ``usages`` as it takes them)."""
+
+    def __init__(self, registry: Registry[Any], *, open_ended: bool = False,
+                 usages: Callable[[], Iterable[str]] | None = None) -> None:
+        self.registry = registry
+        self.open_ended = open_ended
+        self.usages = usages
+
+    def check(self, name: str) -> str:
+        if not self.open_ended:
+            return self.registry.validate(name)
+        problem = self.registry.near_miss(name, self.usages() if self.usages is not None else None)
+        if problem is not None:
+            raise ValueError(problem)
+        return name
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_after_validator_function(self.check, handler(source))

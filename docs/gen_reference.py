@@ -93,8 +93,18 @@ def config_keys() -> list[tuple[str, str, str, str]]:
 
     rows: list[tuple[str, str, str, str]] = []
 
+    from apcir.options import EntrySettings, option_fields
+
+    def fields(model: Any) -> list[tuple[str, Any, str]]:
+        """(key, field, description): a section whose entries have options of their own lists every entry's, each
+        described with the entries that read it (the shared ``options`` holder is no key)."""
+        if isinstance(model, type) and issubclass(model, EntrySettings):
+            shared = [(n, f, f.description or "") for n, f in model.model_fields.items() if n != "options"]
+            return shared + [(n, o.field, o.help) for n, o in option_fields(model.ENTRY_REGISTRY).items()]
+        return [(n, f, f.description or "") for n, f in model.model_fields.items()]
+
     def walk(prefix: str, model: Any) -> None:
-        for name, field in model.model_fields.items():
+        for name, field, description in fields(model):
             key = f"{prefix}{name}"
             nested = _model_of(field.annotation)
             if field.default is PydanticUndefined and field.default_factory is None:
@@ -103,7 +113,6 @@ def config_keys() -> list[tuple[str, str, str, str]]:
                 default = "" if nested is not None else f"`{field.default_factory()!r}`"
             else:
                 default = f"`{field.default!r}`"
-            description = field.description or ""
             if nested is not None:
                 rows.append((key, "section" if "list" not in _type_name(field.annotation) else "list of sections",
                              "", description))

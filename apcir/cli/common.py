@@ -18,6 +18,7 @@ from apcir.console import err as err_console
 from apcir.console import out as console
 from apcir.errors import ApcirError
 from apcir.llm.batch import BatchSummary
+from apcir.llm.settings import LLMSettings
 
 __all__ = ["console", "err_console", "llm_options", "llm_values", "means_table", "print_json", "settings"]
 
@@ -117,35 +118,54 @@ def print_batch_summary(summary: BatchSummary, title: str, extra: Sequence[tuple
 # ---- the LLM options, one definition for every command that asks a model ------------------------------
 @dataclass(frozen=True)
 class _Option:
+    """An LLM option: its help and least value are those of the :class:`~apcir.llm.settings.LLMSettings` field of
+    the same name (written once, there)."""
+
     name: str
     annotation: Any
     default: Any
     flags: tuple[str, ...]
-    help: str
-    minimum: float | None = None
 
+    @property
+    def help(self) -> str:
+        return field_help(LLMSettings, self.name)
+
+    @property
+    def minimum(self) -> float | None:
+        return field_minimum(LLMSettings, self.name)
+
+
+def field_help(model: type[BaseModel], name: str) -> str:
+    """A settings field's description as an option's help: ``Requests in flight at most (default 8).``"""
+    field = model.model_fields[name]
+    text = field.description or ""
+    default = field.get_default(call_default_factory=True)
+    shown = f" (default {default})" if default not in (None, "", False) and "default" not in text else ""
+    return f"{text[:1].upper()}{text[1:]}{shown}."
+
+
+def field_minimum(model: type[BaseModel], name: str) -> float | None:
+    """The least value a settings field takes (its ``ge``), for the option's ``min``."""
+    return next((m.ge for m in model.model_fields[name].metadata if getattr(m, "ge", None) is not None), None)
+
+
+_LLM_ARGUMENT = "llm"
+"""The argument the LLM options are collected into."""
 
 LLM_OPTIONS: tuple[_Option, ...] = (
-    _Option("base_url", str | None, None, ("--base-url",),
-            "OpenAI-compatible server, e.g. http://localhost:8000/v1 (default OPENAI_BASE_URL)."),
-    _Option("api_key_env", str | None, None, ("--api-key-env",),
-            "Environment variable holding the API key (default OPENAI_API_KEY)."),
-    _Option("cache_dir", Path | None, None, ("--cache-dir",),
-            "LLM answer cache (default $APCIR_CACHE_DIR or ~/.cache/apcir/llm)."),
-    _Option("no_cache", bool, False, ("--no-cache",), "Neither read nor write the cache."),
-    _Option("concurrency", int | None, None, ("--concurrency", "-j"), "Requests in flight at most (default 8).", 1),
-    _Option("structured", str | None, None, ("--structured",),
-            "Structured output: auto (default), json_schema, json_object_schema, json_object or none."),
-    _Option("temperature", float | None, None, ("--temperature",), "Sampling temperature (default 0)."),
-    _Option("max_tokens", int | None, None, ("--max-tokens",), "Answer length limit in tokens.", 1),
-    _Option("timeout", float | None, None, ("--timeout",),
-            "Seconds before a request is abandoned (and retried; default 120)."),
-    _Option("max_retries", int | None, None, ("--max-retries",), "Retries on 429, 5xx and timeouts (default 6).", 0),
-    _Option("retry_delay", float | None, None, ("--retry-delay",),
-            "First backoff delay in seconds (doubles; default 1).", 0.0),
-    _Option("max_prompt_tokens", int | None, None, ("--max-prompt-tokens",),
-            "Fit every prompt to this many tokens (the server's context window minus --max-tokens).", 16),
-    _Option("prices", Path | None, None, ("--prices",), 'JSON price file {"model": {"input": $/1M, "output": $/1M}}.'),
+    _Option("base_url", str | None, None, ("--base-url",)),
+    _Option("api_key_env", str | None, None, ("--api-key-env",)),
+    _Option("cache_dir", Path | None, None, ("--cache-dir",)),
+    _Option("no_cache", bool, False, ("--no-cache",)),
+    _Option("concurrency", int | None, None, ("--concurrency", "-j")),
+    _Option("structured", str | None, None, ("--structured",)),
+    _Option("temperature", float | None, None, ("--temperature",)),
+    _Option("max_tokens", int | None, None, ("--max-tokens",)),
+    _Option("timeout", float | None, None, ("--timeout",)),
+    _Option("max_retries", int | None, None, ("--max-retries",)),
+    _Option("retry_delay", float | None, None, ("--retry-delay",)),
+    _Option("max_prompt_tokens", int | None, None, ("--max-prompt-tokens",)),
+    _Option("prices", Path | None, None, ("--prices",)),
 )
 
 
@@ -159,7 +179,7 @@ def llm_options(prefix: str = "", exclude: tuple[str, ...] = ()) -> Callable[[Ca
         hints = get_type_hints(command)
         signature = inspect.signature(command)
         params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in signature.parameters.values()
-                  if p.name != "llm"]
+                  if p.name != _LLM_ARGUMENT]
         for option in chosen:
             info = typer.Option(option.default, *option.flags, help=prefix + option.help, min=option.minimum)
             params.append(inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, default=info,
@@ -186,3 +206,79 @@ def llm_values(given: dict[str, Any]) -> dict[str, Any]:
             values[name] = str(values[name])
     values["no_cache"] = values.get("no_cache") or None
     return values
+
+
+# ---- an entry's own options, generated from the models of a registry's entries -------------------------
+def _cli_annotation(annotation: Any) -> Any | None:
+    """The option type of a settings field (a Literal is given as text); None for a section (a nested model)."""
+    import typing
+
+    if typing.get_origin(annotation) is typing.Literal:
+        return str | None
+    args = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]
+    base = args[0] if len(args) == 1 else None
+    if typing.get_origin(base) is typing.Literal:
+        return str | None
+    if base in (int, float, str, bool, Path):
+        return base | None
+    return None
+
+
+class EntryOptions:
+    """A command with the options of a registry's entries (:func:`apcir.options.option_fields`) generated from
+    their models, read when typer builds the command (so a plugin installed since is included), collected into
+    the command's ``options`` argument: the values given, by settings key."""
+
+    def __init__(self, command: Callable[..., Any], registry: Any, skip: Sequence[str] = ()) -> None:
+        self.command = command
+        self.registry = registry
+        self.skip = set(skip)
+        self.__name__ = getattr(command, "__name__", "command")
+        self.__qualname__ = getattr(command, "__qualname__", self.__name__)
+        self.__module__ = getattr(command, "__module__", __name__)
+        self.__doc__ = command.__doc__
+
+    def _own(self) -> list[tuple[inspect.Parameter, str]]:
+        from apcir.options import option_fields
+
+        taken = set(inspect.signature(self.command).parameters)
+        params = []
+        for name, option in option_fields(self.registry).items():
+            annotation = _cli_annotation(option.field.annotation)
+            if annotation is None or name in taken or name in self.skip:
+                continue  # a section (rankgpt's llm: the LLM options), or a name the command has already
+            flag = "--" + name.replace("_", "-")
+            flags = (f"{flag}/--no-{name.replace('_', '-')}",) if annotation == bool | None else (flag,)
+            default = option.field.get_default(call_default_factory=True)
+            shown_default = f" (default {default})" if default not in (None, "") else ""
+            info = typer.Option(None, *flags, help=f"{option.help}{shown_default}.", show_default=False)
+            params.append((inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info,
+                                             annotation=annotation), name))
+        return params
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        signature = inspect.signature(self.command)
+        hints = get_type_hints(self.command)
+        params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in signature.parameters.values()
+                  if p.name != "options"]
+        return signature.replace(parameters=params + [p for p, _ in self._own()])
+
+    @property
+    def __annotations__(self) -> dict[str, Any]:  # type: ignore[override]
+        hints = get_type_hints(self.command)
+        return {p.name: p.annotation for p in self.__signature__.parameters.values()} | {"return": hints.get("return")}
+
+    def __call__(self, **values: Any) -> Any:
+        own = {name: values.pop(name) for _, name in self._own() if name in values}
+        return self.command(**values, options={k: v for k, v in own.items() if v is not None})
+
+
+def entry_options(registry: Any, skip: Sequence[str] = ()) -> Callable[[Callable[..., Any]], EntryOptions]:
+    """Give a command the options of ``registry``'s entries (generated from each entry's options model, once for
+    every command), collected into its ``options`` argument; ``skip`` leaves some out."""
+
+    def decorate(command: Callable[..., Any]) -> EntryOptions:
+        return EntryOptions(command, registry, skip)
+
+    return decorate

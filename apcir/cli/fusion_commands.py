@@ -18,6 +18,7 @@ from apcir.contract.reformulations import LIST_NAMES, load_reformulations
 from apcir.contract.runs import read_run_file, write_run
 from apcir.contract.weights import WeightsFile, load_weights
 from apcir.errors import ApcirError
+from apcir.fusion.normalise import norm_help
 from apcir.fusion.settings import FusionParams, TuningSettings
 from apcir.fusion.systems import PRIMARY, SYSTEMS
 from apcir.io import check_writable, refuse_inputs_as_outputs
@@ -135,7 +136,7 @@ def tune_command(
         ["paper"], "--objective",
         help="Measure(s) to maximise, summed: 'paper' (MRR+nDCG@3+Recall@10+Recall@100), nDCG@3, ...",
     ),
-    norm: str = typer.Option("minmax", "--norm", help="Per-list normalisation: minmax, max, zscore, none."),
+    norm: str = typer.Option("minmax", "--norm", help=f"Per-list normalisation: {norm_help()}."),
     depth: int = typer.Option(1000, "--depth", min=1, help="Fused run depth (the cut is evaluated too)."),
     rel_threshold: int = typer.Option(1, "--rel-threshold", "-l", min=1, help="Lowest grade counted relevant."),
     missing_level: str | None = typer.Option(None, "--missing-level", help="Level for judged turns the levels file lacks."),

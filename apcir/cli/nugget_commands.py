@@ -93,7 +93,7 @@ def agreement_command(
     from apcir.evaluation.nugget_labels import load_labels, parse_aliases
     from apcir.evaluation.nuggets import load_nuggets, load_response_runs
 
-    chosen = list(matchers or [m for m in MATCHERS.names() if m != "llm" or matcher_model])
+    chosen = list(matchers or [m.name for m in MATCHERS if not m.asks_llm or matcher_model])
     for name in chosen:
         MATCHERS.check(name)  # an unknown name: one line with the closest matchers
     if out is not None:
@@ -139,17 +139,16 @@ def _figure(figure: Any) -> str:
 
 def _matcher_label(report: Any) -> str:
     info = report.matcher
-    if info.name == "llm":
-        return f"llm ({info.model}, {'batched' if info.batched else 'per nugget'})"
-    if info.name == "embedding":
-        return "embedding"
-    if info.name == "learned" and report.lambdas:
-        return "learned (nested CV)"
+    spec = MATCHERS.get(info.name)
+    if spec.asks_llm:
+        return f"{info.name} ({info.model}, {'batched' if info.batched else 'per nugget'})"
+    if spec.trained and report.lambdas:
+        return f"{info.name} (nested CV)"
     return str(info.name)
 
 
 def _tau(report: Any) -> str:
-    if report.matcher.name == "llm":
+    if not MATCHERS.get(report.matcher.name).thresholded:
         return "-"
     if report.taus:
         return f"{min(report.taus):.3f} to {max(report.taus):.3f}" if len(set(report.taus)) > 1 else \

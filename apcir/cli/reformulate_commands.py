@@ -15,7 +15,7 @@ from apcir.console import rule
 from apcir.errors import ApcirError
 from apcir.io import refuse_inputs_as_outputs
 from apcir.reformulation.prompt import PromptOptions, build_prompt, estimate_tokens
-from apcir.reformulation.registry import usage_help
+from apcir.reformulation.registry import source_file, usage_help
 from apcir.reformulation.settings import ReformulatorOptions, parse_map
 from apcir.reformulation.stage import ReformulateSummary, reformulate
 
@@ -76,8 +76,7 @@ def reformulate_command(
                             history_response_chars)
     options = settings(ReformulatorOptions, method=method, **llm_values(given), prompt=_given(prompt),
                        map=parse_map(field_map) or None, level_fallback=level_fallback)
-    refuse_inputs_as_outputs([out], [topics, judged_only, method.removeprefix("file:") if method.startswith("file:")
-                                      else None, given.get("prices"), given.get("cache_dir")])
+    refuse_inputs_as_outputs([out], [topics, judged_only, source_file(method), given.get("prices"), given.get("cache_dir")])
     selected = datasets.select_turns(topics, turns, judged_only)
     summary = reformulate(selected, options, out, refresh=refresh, progress=not no_progress)
     if as_json:

@@ -1,4 +1,5 @@
-"""``apcir rerank``: re-rank the top of a run with monoT5, a cross-encoder or RankGPT."""
+"""``apcir rerank``: re-rank the top of a run with monoT5, a cross-encoder, RankGPT or a plugin's re-ranker (each
+re-ranker's own options are generated from its spec's options model)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from apcir.cli.common import console, err_console, llm_options, llm_values, print_json, settings
+from apcir.cli.common import console, entry_options, err_console, llm_options, llm_values, print_json, settings
 from apcir.contract.reformulations import LIST_NAMES
 from apcir.contract.runs import read_run_file, write_run
 from apcir.errors import ApcirError
@@ -17,11 +18,11 @@ from apcir.io import check_writable, refuse_inputs_as_outputs
 from apcir.llm.settings import LLMSettings
 from apcir.reranking.registry import RERANKERS
 from apcir.reranking.settings import RerankSettings
-from apcir.retrieval.precision import DTYPE_HELP
 
 _DEFAULTS = ", ".join(f"{spec.name} {spec.default_model}" for spec in RERANKERS)
 
 
+@entry_options(RERANKERS)
 @llm_options("rankgpt: ", exclude=("structured",))
 def rerank_command(
     run: Path = typer.Option(..., "--run", "-r", help="The TREC run to re-rank."),
@@ -41,22 +42,11 @@ def rerank_command(
         help=f"Hub id or local directory (monot5, cross-encoder); the LLM's name (rankgpt). Default: {_DEFAULTS}.",
     ),
     depth: int = typer.Option(100, "--depth", "-d", help="Passages re-ranked per turn; the rest keep their order."),
-    batch_size: int | None = typer.Option(None, "--batch-size", help="Pairs per forward pass (default 16)."),
-    device: str | None = typer.Option(None, "--device", help="cpu, cuda, cuda:1, ... (default: GPU if present)."),
-    dtype: str | None = typer.Option(None, "--dtype", help=f"monot5, cross-encoder: precision, {DTYPE_HELP}."),
-    max_length: int | None = typer.Option(None, "--max-length", help="Input tokens of a pair (default 512)."),
-    true_token: str | None = typer.Option(None, "--true-token", help="monot5: answer word scored (default true)."),
-    false_token: str | None = typer.Option(None, "--false-token", help="monot5: the other answer word (false)."),
-    window: int | None = typer.Option(None, "--window", help="rankgpt: passages per request (default 20)."),
-    step: int | None = typer.Option(None, "--step", help="rankgpt: window step (default 10)."),
-    windows: str | None = typer.Option(
-        None, "--windows", help="rankgpt: 'rankgpt' (RankGPT's loop, default) or 'cover' (one more window at the top)."
-    ),
-    max_words: int | None = typer.Option(None, "--max-words", help="rankgpt: words per passage sent (default 300)."),
     tag: str | None = typer.Option(None, "--tag", help="Run tag (default: the input run's tag + '+' + re-ranker)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     llm: dict[str, Any] | None = None,
+    options: dict[str, Any] | None = None,
 ) -> None:
     """Re-rank the top --depth passages of every turn of a run; write a TREC run."""
     from apcir.datasets import collection_path
@@ -65,29 +55,28 @@ def rerank_command(
 
     given = llm or {}
     asking = settings(LLMSettings, **llm_values(given))
-    options = settings(
-        RerankSettings, reranker=reranker, model=model, depth=depth, field=field, batch_size=batch_size,
-        device=device, dtype=dtype, max_length=max_length, true_token=true_token, false_token=false_token, window=window,
-        step=step, windows=windows, max_words=max_words, llm=asking if asking.model_fields_set else None,
-    )
+    own = dict(options or {})
+    if asking.model_fields_set:
+        own["llm"] = asking
+    chosen = settings(RerankSettings, reranker=reranker, model=model, depth=depth, field=field, **own)
     if tag is not None and not tag.strip():
         raise ApcirError("--tag is empty; give a word, or leave it out for the default (the input's tag + the "
                          "re-ranker)")
     check_writable(out, "run file")
     collection_file = collection_path(collection)
     refuse_inputs_as_outputs([out], [run, queries, collection_file, given.get("prices"), given.get("cache_dir")])
-    query_set = load_queries(queries, options.field if is_jsonl(queries) else field)
+    query_set = load_queries(queries, chosen.field if is_jsonl(queries) else field)
     for turn, reason in query_set.skipped.items():
         err_console.print(f"[yellow]warning:[/] turn {turn} has no query: {reason}", highlight=False)
     run_file = read_run_file(run)
     for problem in run_file.problems:
         err_console.print(f"[yellow]warning:[/] {run}: {problem}", highlight=False)
-    texts = texts_for(run_file.run, options.depth, collection_file) if run_file.run else {}
+    texts = texts_for(run_file.run, chosen.depth, collection_file) if run_file.run else {}
     started = time.perf_counter()
     reranked, summary = rerank_run(run_file.run, {t: query_text(q) for t, q in query_set.queries.items()}, texts,
-                                   options, progress=not no_progress)
+                                   chosen, progress=not no_progress)
     summary.seconds = round(time.perf_counter() - started, 3)
-    default_tag = f"{run_file.tag or 'run'}+{options.label}"
+    default_tag = f"{run_file.tag or 'run'}+{chosen.label}"
     write_run(reranked, out, tag=tag or default_tag)
     if as_json:
         print_json({**summary.model_dump(), "out": str(out),

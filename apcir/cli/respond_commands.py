@@ -23,7 +23,7 @@ from apcir.responses.ptkb import (
     rank_statements,
     write_ptkb_run,
 )
-from apcir.responses.registry import usage_help
+from apcir.responses.registry import responder_for, usage_help
 from apcir.responses.settings import RespondSettings
 from apcir.responses.stage import RespondSummary, respond
 from apcir.retrieval.precision import DTYPE_HELP, check_dtype
@@ -150,7 +150,7 @@ def respond_command(
     summary = respond(jobs, options, out, refresh=refresh, progress=not no_progress)
     from apcir.responses.pathways import trace_path
 
-    if trace_path(out).exists() and options.responder.startswith("pathways:"):
+    if responder_for(options.responder).traced and trace_path(out).exists():
         summary_trace = trace_path(out)
         if not as_json:
             console.print(f"pathways trace: {summary_trace}", highlight=False)

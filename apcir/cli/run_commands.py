@@ -6,12 +6,13 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from apcir.cli.common import console
+from apcir.cli.common import console, field_help, field_minimum
 from apcir.cli.eval_commands import response_table
 from apcir.evaluation.results import RunMetrics
 from apcir.experiment.config import load_config, resolve_config_path, validate_config, with_overrides
 from apcir.experiment.pipeline import run_experiment
 from apcir.fusion.systems import SYSTEMS
+from apcir.llm.settings import LLMSettings
 
 
 def comparison_table(metrics: RunMetrics) -> Table:
@@ -52,8 +53,8 @@ def run_command(
         None, "--base-url", help="Override the OpenAI-compatible server URL (reformulator and responder)."
     ),
     max_prompt_tokens: int | None = typer.Option(
-        None, "--max-prompt-tokens", min=16, help="Override max_prompt_tokens of the stages that ask a model (the "
-        "server's context window minus max_tokens)."),
+        None, "--max-prompt-tokens", min=field_minimum(LLMSettings, "max_prompt_tokens"),
+        help="For the stages that ask a model: " + field_help(LLMSettings, "max_prompt_tokens")),
     judged_only: bool = typer.Option(
         False, "--judged-only", help="Only the turns the evaluation qrels judge (all that the passage measures "
         "score; PTKB and response measures then cover those turns only)."),

@@ -136,10 +136,10 @@ def agreement(nuggets: NuggetSet, runs: Mapping[str, Mapping[str, str]], labels:
         raise ApcirError(f"none of the {len(human.rows)} labels matches a nugget and a response: "
                          + "; ".join(f"{n} {why}" for why, n in unmapped.items()))
     needed = sorted({label[:3] for _, kept, _ in resolutions for label in kept})
-    nested = matcher in ("learned",) and not settings.learned_model
+    nested = spec.trained and not settings.learned_model
     values, info = _values(nuggets, runs, needed, index, matcher, settings, nested)
     model_turns: set[str] = set()
-    if matcher == "learned" and settings.learned_model:
+    if spec.trained and settings.learned_model:
         from apcir.evaluation.nugget_learned import load_model
 
         model_turns = set(load_model(settings.learned_model).trained_on.turns)
@@ -160,7 +160,7 @@ def agreement(nuggets: NuggetSet, runs: Mapping[str, Mapping[str, str]], labels:
                          "): its figures on them would not be out-of-fold; measure it on other turns, or leave "
                          "--learned-model out (nested cross-validation)")
     mode = "nested" if nested else "fixed" if (not spec.thresholded or settings.tau is not None
-                                               or matcher == "learned") else "cv"
+                                               or spec.trained) else "cv"
     fixed_tau = spec.tau(settings) if mode == "fixed" else 0.0
 
     def decide(r: _Rows, split_seed: int) -> tuple[np.ndarray, list[float], list[float], int]:

@@ -22,6 +22,13 @@ class MatcherSpec:
     build: Callable[[MatcherSettings], Matcher]
     tau_of: Callable[[MatcherSettings], float] | None = None
     """Where the default τ comes from when it is not fixed (the learned matcher's: its model file)."""
+    trained: bool = False
+    """It needs a model trained on a user's labels (``learned_model``; without one, agreement is measured by nested
+    cross-validation)."""
+    asks_llm: bool = False
+    """It asks a model (``model``, the client settings): measured only when a model is named."""
+    in_runs: bool = False
+    """A run's ``[evaluation] nugget_matcher`` may name it (offline, nothing to train)."""
 
     def tau(self, settings: MatcherSettings) -> float:
         """The threshold in use (1 for the llm matcher, whose scores are 0 or 1)."""
@@ -62,22 +69,22 @@ def _learned(settings: MatcherSettings) -> Matcher:
 # cross-validation over its 25 turns: benchmarks/nugget_agreement.py prints them; docs/guide/responses.md has the
 # table. τ = the median of the τs chosen on the training folds of 10 random 5-fold splits (lexical 0.508, range 0.417
 # to 0.606; embedding 0.663, range 0.654 to 0.764), to two decimals.
-MATCHERS: Registry[MatcherSpec] = Registry("nugget matcher")
+MATCHERS: Registry[MatcherSpec] = Registry("nugget matcher", "apcir.matchers")
 MATCHERS.add(MatcherSpec("lexical", "lexical overlap", "share of the nugget's content words in the response",
-                         True, 0.51, "free: no model", lambda s: LexicalMatcher()))
+                         True, 0.51, "free: no model", lambda s: LexicalMatcher(), in_runs=True))
 MATCHERS.add(MatcherSpec("embedding", "embedding similarity",
                          "best cosine between the nugget and a sentence of the response (MiniLM by default)",
                          True, 0.66, "offline: one bi-encoder pass over nuggets and response sentences",
-                         lambda s: EmbeddingMatcher(s.encoder)))
+                         lambda s: EmbeddingMatcher(s.encoder), in_runs=True))
 MATCHERS.add(MatcherSpec("llm", "LLM yes/no", "an LLM says whether the response contains the nugget", False, None,
-                         "one request per turn and response (batched) or per nugget; cached", _llm))
+                         "one request per turn and response (batched) or per nugget; cached", _llm, asks_llm=True))
 MATCHERS.add(MatcherSpec("learned", "learned from human labels",
                          "logistic regression over lexical, IDF and embedding signals, trained on your labels "
                          "(apcir nuggets train)", True, None,
                          "offline: the embedding matcher's pass, plus a model file you train", _learned,
-                         tau_of=lambda s: float(_learned_model(s).tau)))
+                         tau_of=lambda s: float(_learned_model(s).tau), trained=True))
 
 DEFAULT_MATCHER = "lexical"
 """The matcher that agreed best with people among those that need no training (see the module doc)."""
-TRAINED = frozenset({"learned"})
+TRAINED = frozenset(spec.name for spec in MATCHERS if spec.trained)
 """Matchers that need a model trained on a user's labels."""

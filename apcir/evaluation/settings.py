@@ -50,9 +50,10 @@ class EvaluationSettings(BaseModel):
         from apcir.evaluation.nugget_registry import MATCHERS
 
         MATCHERS.validate(value)  # an unknown name: the closest matchers
-        if value not in ("lexical", "embedding"):
-            raise ValueError(f"nugget_matcher {value!r}: a run uses lexical or embedding (the llm matcher runs from "
-                             "apcir evaluate-responses --matcher llm)")
+        if not MATCHERS.get(value).in_runs:
+            usable = " or ".join(spec.name for spec in MATCHERS if spec.in_runs)
+            raise ValueError(f"nugget_matcher {value!r}: a run uses {usable} (the {value} matcher runs from "
+                             f"apcir evaluate-responses --matcher {value})")
         return value
 
     def significance(self) -> SignificanceSettings:

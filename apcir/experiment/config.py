@@ -31,6 +31,8 @@ from apcir.errors import ApcirError
 from apcir.evaluation.settings import EvaluationSettings
 from apcir.fusion.settings import FusionSettings
 from apcir.io import check_unicode, read_text
+from apcir.options import EntrySettings
+from apcir.reformulation.registry import source_file
 from apcir.reformulation.settings import ReformulatorOptions
 from apcir.reranking.settings import RerankSettings
 from apcir.responses.settings import RespondSettings
@@ -86,11 +88,12 @@ class ExperimentConfig(BaseModel):
         if sum(r.submit for r in self.rerank) > 1:
             raise ValueError("only one [[rerank]] entry can set submit = true")
         for entry in self.rerank:
-            if entry.device:
+            device = getattr(entry.options, "device", None)  # a local model's (the re-ranker's own option)
+            if device:
                 from apcir.retrieval.encoder import resolve_device
 
                 try:
-                    resolve_device(entry.device)  # now, rather than after the stages before re-ranking have run
+                    resolve_device(device)  # now, rather than after the stages before re-ranking have run
                 except ApcirError as exc:
                     raise ValueError(f"rerank.device: {exc}") from None
         return self
@@ -130,7 +133,7 @@ class ExperimentConfig(BaseModel):
         naming them, rather than tuning on fallbacks (see fusion.weights.tune_method)."""
         weights = self.fusion.weights
         tuner = weights.tune_method or self.reformulator.method
-        if weights.source != "tune" or not weights.tune_topics or not tuner.startswith("file:"):
+        if weights.source != "tune" or not weights.tune_topics or source_file(tuner) is None:
             return self
         from apcir.reformulation.file import file_path, read_fields
 
@@ -257,7 +260,7 @@ def validate_config(data: dict[str, object], path: Path | None = None) -> Experi
     """An :class:`ExperimentConfig` from plain data; every invalid field is named."""
     try:
         # strict: a config says what it means (k = true is not k = 1, "yes" is not true)
-        return ExperimentConfig.model_validate(data, strict=True)
+        return ExperimentConfig.model_validate(data, strict=True, context={"strict": True})
     except ValidationError as exc:
         errors = exc.errors()
         unknown = [e for e in errors if e["type"] == "extra_forbidden"]
@@ -275,7 +278,8 @@ def unknown_key(loc: tuple[int | str, ...], model: type[BaseModel] = ExperimentC
 
     section = _section_model(model, loc[:-1])
     where = "".join(f"[{p + 1}]" if isinstance(p, int) else f".{p}" for p in loc[:-1]).lstrip(".")
-    keys = list(section.model_fields) if section is not None else []
+    keys = (section.keys() if issubclass(section, EntrySettings) else list(section.model_fields)) \
+        if section is not None else []
     return unknown_name("key", str(loc[-1]), keys, prefix=f"{where}." if where else "",
                         where_listed=" (the configuration reference lists them)")
 
@@ -288,9 +292,12 @@ def _section_model(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[B
     for part in loc:
         if isinstance(part, int):
             continue  # an item of a list: the list's record, found from its annotation below
-        if not (isinstance(current, type) and issubclass(current, BaseModel)) or part not in current.model_fields:
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
             return None
-        annotation = current.model_fields[part].annotation
+        field = current.field_of(str(part)) if issubclass(current, EntrySettings) else current.model_fields.get(part)
+        if field is None:
+            return None
+        annotation = field.annotation
         candidates = [annotation, *typing.get_args(annotation)]
         candidates += [inner for c in list(candidates) for inner in typing.get_args(c)]
         current = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)

@@ -46,6 +46,7 @@ from apcir.experiment.ledger import StageLedger, StageOutcome
 from apcir.fusion.systems import PRIMARY, SYSTEMS
 from apcir.io import exclusive, refuse_inputs_inside, remove_stale_temporaries, write_json
 from apcir.llm.settings import redact_urls
+from apcir.reformulation.registry import source_file
 
 
 @dataclass
@@ -211,7 +212,7 @@ def config_inputs(config: ExperimentConfig) -> list[str | None]:
     method = config.reformulator.method
     weights = config.fusion.weights
     return [config.topics, config.evaluation.qrels, config.evaluation.ptkb_qrels, config.retrieval.collection,
-            config.retrieval.passages, method.removeprefix("file:") if method.startswith("file:") else None,
+            config.retrieval.passages, source_file(method),
             weights.file, weights.tune_topics, weights.tune_qrels]
 
 

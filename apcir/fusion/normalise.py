@@ -17,43 +17,70 @@ Edge cases, defined once here and used everywhere:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 
-from apcir.errors import ApcirError
-
-NORMS: tuple[str, ...] = ("minmax", "max", "zscore", "none")
+from apcir.registry import Registry
 
 
-def check_norm(method: str) -> str:
-    """The method name, or an :class:`ApcirError` naming the choices."""
-    if method not in NORMS:
-        from apcir.registry import unknown_name
+@dataclass(frozen=True)
+class NormSpec:
+    """A normalisation: ``apply`` maps a non-empty array of one list's scores to new float64 values."""
 
-        raise ApcirError(unknown_name("normalisation", method, NORMS))
-    return method
+    name: str
+    description: str
+    apply: Callable[[np.ndarray], np.ndarray]
 
 
-def normalise_array(values: np.ndarray, method: str = "minmax") -> np.ndarray:
-    """Normalised copy of one list's scores (float64); see the module docstring."""
-    check_norm(method)
-    x = np.asarray(values, dtype=np.float64)
-    if x.size == 0 or method == "none":
-        return x.copy()
-    if method == "minmax":
-        lo, hi = x.min(), x.max()
-        if hi == lo:
-            return np.ones_like(x)
-        return (x - lo) / (hi - lo)
-    if method == "max":
-        top = np.abs(x).max()
-        if top == 0:
-            return np.ones_like(x)
-        return x / top
+def _minmax(x: np.ndarray) -> np.ndarray:
+    lo, hi = x.min(), x.max()
+    if hi == lo:
+        return np.ones_like(x)
+    return (x - lo) / (hi - lo)
+
+
+def _max(x: np.ndarray) -> np.ndarray:
+    top = np.abs(x).max()
+    if top == 0:
+        return np.ones_like(x)
+    return x / top
+
+
+def _zscore(x: np.ndarray) -> np.ndarray:
     mean = x.mean()
     std = x.std()
     if std == 0:
         return np.zeros_like(x)
     return (x - mean) / std
+
+
+NORMS: Registry[NormSpec] = Registry("normalisation")
+"""The per-list normalisations: the single source of the names ``fusion.norm`` and ``--norm`` accept."""
+NORMS.add(NormSpec("minmax", "(s - min) / (max - min); equal scores all 1", _minmax))
+NORMS.add(NormSpec("max", "s / max|s|; all 0 gives 1", _max))
+NORMS.add(NormSpec("zscore", "(s - mean) / std; equal scores all 0", _zscore))
+NORMS.add(NormSpec("none", "scores unchanged", lambda x: x.copy()))
+
+
+def norm_help() -> str:
+    """``minmax ((s - min) / ...); max (...); ...``: the help of a setting or option naming a normalisation."""
+    return NORMS.help()
+
+
+def check_norm(method: str) -> str:
+    """The method name, or an :class:`ApcirError` naming the choices."""
+    return NORMS.check(method)
+
+
+def normalise_array(values: np.ndarray, method: str = "minmax") -> np.ndarray:
+    """Normalised copy of one list's scores (float64); see the module docstring."""
+    spec = NORMS.get(method)
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        return x.copy()
+    return spec.apply(x)
 
 
 def normalise(scores: dict[str, float], method: str = "minmax") -> dict[str, float]:

@@ -5,12 +5,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from apcir.errors import ApcirError
-from apcir.fusion.normalise import NORMS
+from apcir.fusion.normalise import NORMS, norm_help
+from apcir.registry import InRegistry
+
+Norm = Annotated[str, InRegistry(NORMS)]
+"""A normalisation's name (:data:`apcir.fusion.normalise.NORMS`)."""
 
 if TYPE_CHECKING:
     from apcir.fusion.selection import SelectionRule
@@ -65,20 +69,11 @@ class FusionParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    norm: str = Field("minmax", description=f"per-list normalisation: {', '.join(NORMS)}")
+    norm: Norm = Field("minmax", description=f"per-list normalisation: {norm_help()}")
     depth: int = Field(1000, ge=1, description="fused run depth (the cut is evaluated too)")
     rel_threshold: int = Field(1, ge=1, description="lowest grade the binary measures count as relevant")
     missing_level: Literal["a", "b", "c"] | None = Field(
         None, description="the level of a judged turn the levels lack (None: such a turn is an error)")
-
-    @field_validator("norm")
-    @classmethod
-    def _known_norm(cls, value: str) -> str:
-        if value not in NORMS:
-            from apcir.registry import unknown_name
-
-            raise ValueError(unknown_name("normalisation", value, NORMS))
-        return value
 
     @classmethod
     def of(cls, **values: Any) -> FusionParams:
@@ -136,7 +131,7 @@ class WeightsSettings(TuningSettings):
 class FusionSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    norm: str = Field("minmax", description=f"per-list normalisation: {', '.join(NORMS)}")
+    norm: Norm = Field("minmax", description=f"per-list normalisation: {norm_help()}")
     depth: int = Field(1000, ge=1, description="fused run depth (the cut is evaluated too)")
     weights: WeightsSettings = Field(default_factory=WeightsSettings)
     baselines: bool | list[str] = Field(
@@ -151,15 +146,6 @@ class FusionSettings(BaseModel):
     def params(self, rel_threshold: int, missing_level: str | None = "a") -> FusionParams:
         return FusionParams(norm=self.norm, depth=self.depth, rel_threshold=rel_threshold,
                             missing_level=missing_level)  # type: ignore[arg-type]
-
-    @field_validator("norm")
-    @classmethod
-    def _known_norm(cls, value: str) -> str:
-        if value not in NORMS:
-            from apcir.registry import unknown_name
-
-            raise ValueError(unknown_name("normalisation", value, NORMS))
-        return value
 
     @field_validator("baselines")
     @classmethod

@@ -8,6 +8,7 @@ with the same values send the same requests.
 from __future__ import annotations
 
 import os
+import typing
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,8 @@ class LLMSettings(BaseModel):
     timeout: float = Field(120.0, gt=0, description="seconds before a request is abandoned (and retried)")
     max_retries: int = Field(6, ge=0, description="retries on 429, 5xx, timeouts and unreadable answers")
     retry_delay: float = Field(1.0, ge=0, description="first backoff delay in seconds (doubles)")
-    structured: StructuredMode = Field("auto", description="structured output: auto, json_schema, json_object, none")
+    structured: StructuredMode = Field(
+        "auto", description=f"structured output: {', '.join(typing.get_args(StructuredMode))}")
     temperature: float | None = Field(
         0.0, ge=0, allow_inf_nan=False, description="sampling temperature (None: the server's default)"
     )

@@ -75,6 +75,11 @@ def reformulator_for(llm: str) -> ReformulatorSpec:
     return REFORMULATORS.get("llm")
 
 
+def source_file(method: str) -> str | None:
+    """The file a ``file:PATH`` method reads its reformulations from; None for any other method."""
+    return method.removeprefix(FILE_PREFIX) if method.startswith(FILE_PREFIX) else None
+
+
 def misspelt(method: str) -> str | None:
     """One line refusing a ``method`` that nearly spells a reformulator's name (``heuristc``, ``fle:x.tsv``) rather
     than being taken for a model's name and found out only when that model is asked; None otherwise."""

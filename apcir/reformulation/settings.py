@@ -71,7 +71,9 @@ class ReformulatorOptions(LLMSettings):
 
     @model_validator(mode="after")
     def _only_what_is_used(self) -> ReformulatorOptions:
-        if self.method.startswith("file:"):
+        from apcir.reformulation.registry import source_file
+
+        if source_file(self.method) is not None:
             refuse_unused(self, LLM_FIELDS | {"prompt"}, f"with method = {self.method!r} (rewrites from a file, no model)")
             return self
         refuse_unused(self, {"map", "level_fallback"}, f"with method = {self.method!r} (they are for file:PATH only)")

@@ -37,7 +37,7 @@ from apcir.errors import ApcirError
 from apcir.io import RecordAppender, exclusive, read_record_log, timestamp, write_json
 from apcir.llm.accounting import Accounting
 from apcir.llm.batch import BatchSummary, appending, batch_counts, check_resume, summary_path_for
-from apcir.reformulation.registry import accounting_for, reformulator_for
+from apcir.reformulation.registry import accounting_for, reformulator_for, source_file
 from apcir.reformulation.settings import ReformulatorOptions
 
 
@@ -93,7 +93,7 @@ def _reformulate(
 ) -> ReformulateSummary:
     started = time.perf_counter()
     spec = reformulator_for(options.method)
-    if spec.name == "file":
+    if source_file(options.method) is not None:
         from apcir.reformulation.file import file_path
 
         file_path(options.method)  # a missing file fails here, before any output exists
@@ -143,7 +143,7 @@ def _config_snapshot(options: ReformulatorOptions, offline: bool, refresh: bool)
         "created": timestamp(),
         "versions": _versions(),
     }
-    if options.method.startswith("file:"):
+    if source_file(options.method) is not None:
         config.update(map=options.map, level_fallback=options.level_fallback)
     elif not offline:
         config.update(options.client_snapshot(refresh), prompt_options=options.prompt.snapshot())

@@ -22,6 +22,7 @@ from apcir.reranking.base import (
     model_location,
     quiet_transformers,
 )
+from apcir.reranking.options import PointwiseOptions
 from apcir.reranking.settings import RerankSettings
 from apcir.retrieval.encoder import check_length, resolve_device
 from apcir.retrieval.precision import resolve_dtype, torch_dtype
@@ -85,8 +86,9 @@ def check_classifier(model: Any, location: str) -> None:
 
 
 def load(settings: RerankSettings) -> PointwiseReranker:
-    scorer = CrossEncoderScorer(settings.model_name, device=settings.device, batch_size=settings.batch_size,
-                                max_length=settings.max_length, dtype=settings.dtype)
-    reranker = PointwiseReranker(settings.model_name, scorer.score, settings.batch_size)
+    own = settings.own(PointwiseOptions)
+    scorer = CrossEncoderScorer(settings.model_name, device=own.device, batch_size=own.batch_size,
+                                max_length=own.max_length, dtype=own.dtype)
+    reranker = PointwiseReranker(settings.model_name, scorer.score, own.batch_size)
     reranker.name = "cross-encoder"
     return reranker

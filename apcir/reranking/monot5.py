@@ -42,6 +42,7 @@ from apcir.reranking.base import (
     model_location,
     quiet_transformers,
 )
+from apcir.reranking.options import MonoT5Options
 from apcir.reranking.settings import RerankSettings
 from apcir.retrieval.encoder import resolve_device
 from apcir.retrieval.precision import resolve_dtype, torch_dtype
@@ -122,9 +123,9 @@ class MonoT5:
 
 
 def load(settings: RerankSettings) -> PointwiseReranker:
-    scorer = MonoT5(settings.model_name, device=settings.device, batch_size=settings.batch_size,
-                    max_length=settings.max_length, true_token=settings.true_token, false_token=settings.false_token,
-                    dtype=settings.dtype)
-    reranker = PointwiseReranker(settings.model_name, scorer.score, settings.batch_size)
+    own = settings.own(MonoT5Options)
+    scorer = MonoT5(settings.model_name, device=own.device, batch_size=own.batch_size, max_length=own.max_length,
+                    true_token=own.true_token, false_token=own.false_token, dtype=own.dtype)
+    reranker = PointwiseReranker(settings.model_name, scorer.score, own.batch_size)
     reranker.name = "monot5"
     return reranker

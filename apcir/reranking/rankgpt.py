@@ -43,7 +43,8 @@ from apcir.console import warn
 from apcir.llm.accounting import Accounting
 from apcir.llm.jobs import Answer, Ask, ask_all
 from apcir.reranking.base import Candidates, Ranked, RerankStats
-from apcir.reranking.settings import RANKGPT_WINDOWS, RerankSettings
+from apcir.reranking.options import RANKGPT_WINDOWS, RankGPTOptions
+from apcir.reranking.settings import RerankSettings
 
 SYSTEM = "You are RankGPT, an intelligent assistant that can rank passages based on their relevancy to the query."
 Message = dict[str, str]
@@ -143,7 +144,7 @@ class RankGPT:
     name = "rankgpt"
 
     def __init__(self, settings: RerankSettings) -> None:
-        self.settings = settings
+        self.settings = settings.own(RankGPTOptions)
         self.model = settings.model_name
 
     def rank(self, candidates: Sequence[Candidates], *, progress: bool = True) -> tuple[dict[str, Ranked], RerankStats]:

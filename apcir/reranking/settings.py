@@ -7,24 +7,27 @@ paper's Fig. 5); each re-ranks the systems it names.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from apcir.contract.reformulations import LIST_NAMES
-from apcir.llm.settings import LLMSettings, refuse_unused
+from apcir.options import EntrySettings
+from apcir.registry import InRegistry, Registry
+from apcir.reranking.options import RANKGPT_WINDOWS, WindowMode
 from apcir.reranking.registry import RERANKERS
-from apcir.retrieval.precision import DTYPE_HELP, Dtype
 
-WindowMode = Literal["rankgpt", "cover"]
-RANKGPT_WINDOWS: WindowMode = "rankgpt"
-"""RankGPT's own loop: floor((depth - window) / step) + 1 windows."""
+__all__ = ["RANKGPT_WINDOWS", "RerankSettings", "WindowMode"]
 
 
-class RerankSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class RerankSettings(EntrySettings):
+    """The keys every re-ranker shares; the chosen re-ranker's own keys (its spec's ``options`` model: monoT5's
+    ``true_token``, RankGPT's ``window``, a plugin's) are given beside them and kept in ``options``."""
 
-    reranker: str = Field("monot5", description=f"one of: {RERANKERS.help()}")
+    ENTRY_KEY: ClassVar[str] = "reranker"
+    ENTRY_REGISTRY: ClassVar[Registry[Any]] = RERANKERS
+
+    reranker: Annotated[str, InRegistry(RERANKERS)] = Field("monot5", description=f"one of: {RERANKERS.help()}")
     model: str | None = Field(
         None, description="monot5 / cross-encoder: a hub id or a local directory; rankgpt: the LLM's name "
         "(default: castorini/monot5-base-msmarco-10k, cross-encoder/ms-marco-MiniLM-L-6-v2, gpt-4o-mini)")
@@ -36,24 +39,6 @@ class RerankSettings(BaseModel):
     systems: list[str] | Literal["all"] = Field(
         default_factory=lambda: ["apcir"], description="apcir run: systems to re-rank, or 'all' (every system built)")
     submit: bool = Field(False, description="apcir run: re-rank fused.run too and export the re-ranked run")
-    batch_size: int = Field(16, ge=1, description="monot5 / cross-encoder: (query, passage) pairs per forward pass")
-    device: str | None = Field(None, description="cpu, cuda, cuda:1, ... (default: the GPU when present)")
-    dtype: Dtype = Field("auto", description=f"monot5 / cross-encoder: the model's precision: {DTYPE_HELP}")
-    max_length: int = Field(512, ge=8, description="monot5 / cross-encoder: input tokens; longer inputs are cut")
-    true_token: str = Field("true", description="monot5: the answer word whose probability is the score")
-    false_token: str = Field("false", description="monot5: the other answer word (mT5 models: yes / no)")
-    window: int = Field(20, ge=2, description="rankgpt: passages per request")
-    step: int = Field(10, ge=1, description="rankgpt: how far the window moves up each time")
-    windows: WindowMode = Field(
-        "rankgpt", description="rankgpt: RankGPT's loop (floor((depth-window)/step)+1 windows) or 'cover' "
-        "(rank_llm's: one more window clamped to the top when step does not divide depth-window)")
-    max_words: int = Field(300, ge=1, description="rankgpt: words of each passage sent (RankGPT's 300)")
-    llm: LLMSettings = Field(default_factory=LLMSettings, description="rankgpt: server, cache and client settings")
-
-    @field_validator("reranker")
-    @classmethod
-    def _registered(cls, value: str) -> str:
-        return RERANKERS.validate(value)
 
     @field_validator("field")
     @classmethod
@@ -85,29 +70,6 @@ class RerankSettings(BaseModel):
 
                 raise ValueError(unknown_name("system", unknown[0], SYSTEMS.names(), hint=", or 'all'"))
         return value
-
-    @field_validator("false_token")
-    @classmethod
-    def _two_answer_words(cls, value: str, info: ValidationInfo) -> str:
-        true_token = info.data.get("true_token")
-        if isinstance(true_token, str) and true_token.strip() == value.strip():
-            raise ValueError(f"the same word as true_token ({true_token!r}): every monoT5 score would be equal; give "
-                             "two different words (true / false; mT5: yes / no)")
-        return value
-
-    @model_validator(mode="after")
-    def _only_what_the_reranker_uses(self) -> RerankSettings:
-        own = RERANKERS.get(self.reranker).settings
-        every = frozenset().union(*(spec.settings for spec in RERANKERS))
-        refuse_unused(self, every - own, f"by the {self.reranker} re-ranker")
-        return self
-
-    @model_validator(mode="after")
-    def _window_covers_step(self) -> RerankSettings:
-        if self.step > self.window:
-            raise ValueError(f"step {self.step} is larger than window {self.window}: passages between windows "
-                             "would never be ranked")
-        return self
 
     @property
     def model_name(self) -> str:

@@ -40,6 +40,8 @@ class ResponderSpec:
     settings: frozenset[str] = frozenset()
     """The ``[respond]`` keys of its own it reads (beyond ``top_k``, ``max_words`` and, for a model, the client's);
     the others are refused with it."""
+    traced: bool = False
+    """It writes a trace beside its output (:func:`apcir.responses.pathways.trace_path`)."""
 
     def call(self, which: str, *args: Any, **kwargs: Any) -> Any:
         target = getattr(self, which)
@@ -70,7 +72,7 @@ def llm_identity(settings: RespondSettings) -> dict[str, Any]:
             **(settings.model_dump(include={"aggregate", "sample_temperature"}) if settings.best_of > 1 else {})}
 
 
-RESPONDERS: Registry[ResponderSpec] = Registry("responder")
+RESPONDERS: Registry[ResponderSpec] = Registry("responder", "apcir.responders")
 RESPONDERS.add(ResponderSpec(
     EXTRACTIVE, "offline baseline, not an LLM: the top passages' sentences most similar to the rewrite, each cited",
     EXTRACTIVE, True, "apcir.responses.extractive:identity", "apcir.responses.extractive:produce",
@@ -84,7 +86,7 @@ RESPONDERS.add(ResponderSpec(
     PATHWAYS, "Pathways of Thoughts: N reasoning pathways of at most T steps per turn, then one aggregation "
     "(2T requests per pathway at most, plus 2)", "pathways:MODEL", False, "apcir.responses.pathways:identity",
     "apcir.responses.pathways:produce",
-    frozenset({"pathways", "max_actions", "diversify", "aggregate", "plan_temperature", "subset_ratio"})))
+    frozenset({"pathways", "max_actions", "diversify", "aggregate", "plan_temperature", "subset_ratio"}), traced=True))
 
 
 def responder_settings() -> frozenset[str]:

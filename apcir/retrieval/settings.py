@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from apcir.registry import InRegistry
 from apcir.retrieval.precision import DTYPE_HELP, Dtype
 from apcir.retrieval.registry import BACKENDS
 
@@ -11,7 +14,7 @@ from apcir.retrieval.registry import BACKENDS
 class RetrievalSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    backend: str = Field("embedded", description=f"one of: {BACKENDS.help()}")
+    backend: Annotated[str, InRegistry(BACKENDS)] = Field("embedded", description=f"one of: {BACKENDS.help()}")
     index: str = Field(
         "indexes/ikat23-provenance-splade-tiny",
         description="index directory; built from `collection` when missing (backends with an encoder)",
@@ -30,11 +33,6 @@ class RetrievalSettings(BaseModel):
     passages: str | None = Field(
         None, description="collection JSONL with passage texts for the submission (default: `collection`)"
     )
-
-    @field_validator("backend")
-    @classmethod
-    def _registered(cls, value: str) -> str:
-        return BACKENDS.validate(value)
 
     @field_validator("encoder")
     @classmethod

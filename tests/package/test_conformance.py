@@ -1,6 +1,7 @@
 """Conformance: every entry of every registry, parametrised from the registry itself, so that a new entry is
 tested by these tests (a backend builds, searches and reports its capabilities; a re-ranker keeps unranked
-passages in place; a format round-trips through export and validate; a reformulator yields valid records)."""
+passages in place; a format round-trips through export and validate; a reformulator yields valid records; a
+responder gives every turn a cited record; a nugget matcher scores every pair in [0, 1])."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ from tiny_models import tiny_cross_encoder, tiny_t5
 
 import apcir
 from apcir.contract.reformulations import LEVELS, load_reformulations
+from apcir.evaluation.nugget_registry import MATCHERS
 from apcir.reformulation.registry import REFORMULATORS
 from apcir.reranking.registry import RERANKERS
 from apcir.reranking.settings import RerankSettings
 from apcir.reranking.stage import rerank_run
+from apcir.responses.registry import RESPONDERS
 from apcir.retrieval.registry import BACKENDS, ENCODER_KINDS
 from apcir.submission.formats import FORMATS
 
@@ -151,3 +154,80 @@ def test_every_reformulator_yields_valid_records(name, tmp_path):
         assert set(output.ptkb_used) <= set(turn.ptkb)
     assert set(load_reformulations(tmp_path / "refs.jsonl")) == {t.turn_id for t in turns}
     json.dumps([r.model_dump(mode="json") for r in records.values()])
+
+
+def _model_reply(body):
+    """A valid answer to any responder request: a pathway's next action (answer, then finalize), its steps, and
+    the cited response every responder asks for last."""
+    text = next(m["content"] for m in reversed(body["messages"]) if m["role"] == "user")
+    if text.startswith("Choose the next action") or "action must be one of" in text:
+        answered = any("Perform answer" in m["content"] for m in body["messages"] if m["role"] == "user")
+        return json.dumps({"action": "finalize" if answered else "answer"})
+    if "aspects of an answer" in text:
+        return json.dumps({"aspects": ["diet"]})
+    if text.startswith("Perform personalize"):
+        return json.dumps({"text": "a preference", "statements": []})
+    if text.startswith(("Perform reason", "Perform plan")):
+        return json.dumps({"text": "thinking"})
+    return json.dumps({"response": "A vegetarian diet [1] is natural [2].", "ptkb_used": []})
+
+
+@pytest.mark.parametrize("responder", RESPONDERS.names())
+def test_every_responder_gives_every_turn_a_cited_record(responder, tmp_path):
+    from apcir.responses.registry import responder_for
+
+    spec = RESPONDERS.get(responder)
+    turns = [t for t in apcir.topics("ikat23-test") if t.conversation_id == "9-1"][:2]
+    records = apcir.reformulate(turns, "heuristic")
+    passages = {f"clueweb22-en0000-00-{i:05d}:0": f"Passage {i}: a vegetarian diet is natural." for i in range(6)}
+    run = {t.turn_id: {p: 10.0 - i for i, p in enumerate(passages)} for t in turns}
+    name = spec.name if spec.offline else spec.usage.split()[0].replace("MODEL", "fake-gpt")
+    assert responder_for(name) is spec, f"{spec.usage!r} names the {spec.name} responder"
+    server = None if spec.offline else FakeOpenAI(content=_model_reply).start()
+    settings = {} if server is None else {"base_url": server.url, "cache_dir": str(tmp_path / "cache"),
+                                          "retry_delay": 0.0, "max_retries": 1}
+    try:
+        responses = apcir.respond(turns, records, run, passages, name, out=tmp_path / "responses.jsonl",
+                                  **settings)
+    finally:
+        if server is not None:
+            server.stop()
+    assert set(responses) == {t.turn_id for t in turns}
+    for record in responses.values():
+        assert record.status == "ok" and record.text.strip() and record.citations, record
+        assert len(record.text.split()) <= 250
+        assert set(record.citations) <= set(passages), "it cites only the passages it was given"
+
+
+def _covered_numbers(body):
+    text = next(m["content"] for m in reversed(body["messages"]) if m["role"] == "user")
+    numbers = [int(n) for n in re.findall(r"^\[?(\d+)[\].]", text, re.M)]
+    return json.dumps({"covered": numbers[:1]} if numbers else {"covered": True})
+
+
+@pytest.mark.parametrize("matcher", MATCHERS.names())
+def test_every_matcher_scores_every_pair_in_0_to_1(matcher, tmp_path):
+    from apcir.evaluation.nugget_features import FEATURES
+    from apcir.evaluation.nugget_learned import LearnedModel, TrainedOn, save_model
+    from apcir.evaluation.nugget_matchers import MatcherSettings
+    from apcir.evaluation.nuggets import Nugget
+    from apcir.llm.settings import LLMSettings
+
+    spec = MATCHERS.get(matcher)
+    model_file = tmp_path / "learned.json"
+    save_model(model_file, LearnedModel(
+        features=list(FEATURES), encoder="minilm", mean=[0.0] * len(FEATURES), scale=[1.0] * len(FEATURES),
+        weights=[1.0] * len(FEATURES), intercept=0.0, lam=1.0, tau=0.5,
+        trained_on=TrainedOn(labels_file="l.jsonl", labels_sha256="0" * 64, labels=2, positives=1, turns=["9-1_1"])))
+    nuggets = [Nugget(turn_id="9-1_1", nugget_id=str(i), text=text) for i, text in
+               enumerate(["lentils are rich in protein", "the Eiffel tower is in Paris"])]
+    response = "Lentils are rich in protein. Tofu is made from soy."
+    with FakeOpenAI(content=_covered_numbers) as server:
+        settings = MatcherSettings(model="fake-gpt", learned_model=str(model_file),
+                                   llm=LLMSettings(base_url=server.url, cache_dir=str(tmp_path / "cache"),
+                                                   retry_delay=0.0, max_retries=1))
+        scores = spec.build(settings).scores([(n, response) for n in nuggets])
+    assert len(scores) == len(nuggets)
+    assert all(s is None or 0.0 <= s <= 1.0 for s in scores), scores
+    assert any(s is not None for s in scores), "a matcher decides some pair"
+    assert spec.tau(settings) >= 0

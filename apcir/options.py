@@ -1,0 +1,161 @@
+"""An entry's own settings: each registry entry with options of its own carries a pydantic model of them.
+
+A re-ranker's spec names its :class:`Options` model (``RerankerSpec.options``); the stage's settings record
+(:class:`EntrySettings`, e.g. ``RerankSettings``) holds the keys every entry shares and, in ``options``, the
+chosen entry's own, validated against that entry's model. A config section and a command give them flat
+(``[rerank]`` ``window = 10``, ``apcir rerank --window 10``), as before; the command-line options, their help and
+the configuration reference are generated from the models (:func:`option_fields`), so a plugin's entry adds its
+options everywhere with no edit to apcir.
+
+A key of another entry is refused unless it has that entry's default (so a full dump of the settings reloads);
+a key no entry has is an unknown key, with the closest keys of the section.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_serializer, model_validator
+from pydantic.fields import FieldInfo
+
+from apcir.registry import Registry
+
+
+class Options(BaseModel):
+    """The options of an entry (none); an entry with options subclasses it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+OptionsT = TypeVar("OptionsT", bound=Options)
+
+
+@dataclass(frozen=True)
+class OptionField:
+    """One option key as the entries of a registry declare it."""
+
+    name: str
+    entries: tuple[str, ...]
+    """The entries that read it, in registry order."""
+    field: FieldInfo
+
+    @property
+    def help(self) -> str:
+        """``monot5, cross-encoder: pairs per forward pass``."""
+        return f"{', '.join(self.entries)}: {self.field.description or ''}".rstrip(": ")
+
+
+def options_of(entry: Any) -> type[Options]:
+    """An entry's options model (:class:`Options` for an entry that declares none)."""
+    model = getattr(entry, "options", None)
+    return model if isinstance(model, type) and issubclass(model, Options) else Options
+
+
+def option_fields(registry: Registry[Any]) -> dict[str, OptionField]:
+    """Every option key of the registry's entries (plugins included), in registry then field order."""
+    found: dict[str, tuple[list[str], FieldInfo]] = {}
+    for entry in registry:
+        for name, field in options_of(entry).model_fields.items():
+            found.setdefault(name, ([], field))[0].append(entry.name)
+    return {name: OptionField(name, tuple(entries), field) for name, (entries, field) in found.items()}
+
+
+class EntrySettings(BaseModel):
+    """A stage's settings whose chosen entry (the field ``ENTRY_KEY`` names it in ``ENTRY_REGISTRY``) has keys of
+    its own, given flat beside the shared ones and kept in ``options`` (an instance of the entry's model)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ENTRY_KEY: ClassVar[str]
+    ENTRY_REGISTRY: ClassVar[Registry[Any]]
+
+    options: Any = Field(None, description="the chosen entry's own keys, given in the section itself")
+
+    @classmethod
+    def _entry_name(cls, data: dict[str, Any]) -> Any:
+        return data.get(cls.ENTRY_KEY, cls.model_fields[cls.ENTRY_KEY].get_default(call_default_factory=True))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gather_options(cls, data: Any) -> Any:
+        """The flat keys of the chosen entry moved into ``options``; another entry's key given a value other than its
+        default refused in one line; a key no entry has left for ``extra="forbid"`` (an unknown key)."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        given = data.pop("options", None)
+        own: dict[str, Any] = dict(given) if isinstance(given, dict) else (
+            given.model_dump(exclude_unset=True) if isinstance(given, BaseModel) else {})
+        name = cls._entry_name(data)
+        registry = cls.ENTRY_REGISTRY
+        chosen = options_of(registry.get(name)) if isinstance(name, str) and name in registry else None
+        every = option_fields(registry)
+        foreign: list[str] = []
+        for key in [k for k in data if k not in cls.model_fields and k in every]:
+            value = data.pop(key)
+            if chosen is not None and key in chosen.model_fields:
+                own[key] = value
+            elif chosen is not None and not _is_default(registry, every[key], key, value):
+                foreign.append(key)
+        if foreign:
+            raise ValueError(f"{', '.join(sorted(foreign))}: not used by the {name} {registry.concept}; remove "
+                             f"{'it' if len(foreign) == 1 else 'them'}")
+        data["options"] = own
+        return data
+
+    @model_validator(mode="after")
+    def _validate_options(self, info: ValidationInfo) -> EntrySettings:
+        name = getattr(self, self.ENTRY_KEY)
+        model = options_of(self.ENTRY_REGISTRY.get(name))
+        if not isinstance(self.options, model):
+            raw = self.options if isinstance(self.options, dict) else {}
+            strict = bool((info.context or {}).get("strict"))  # a config is read strictly, its entry's keys too
+            self.options = model.model_validate(raw, strict=strict)  # its errors name the key, as a shared key's do
+        return self
+
+    @model_serializer(mode="wrap")
+    def _flat(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):
+            options = data.pop("options", None)
+            data.update(options if isinstance(options, dict) else {})
+        return data
+
+    def own(self, model: type[OptionsT]) -> OptionsT:
+        """The chosen entry's options, as its own model (what its ``load`` reads)."""
+        if not isinstance(self.options, model):
+            raise TypeError(f"the {getattr(self, self.ENTRY_KEY)} {self.ENTRY_REGISTRY.concept}'s options are "
+                            f"{type(self.options).__name__}, not {model.__name__}")
+        return self.options
+
+    @classmethod
+    def keys(cls) -> list[str]:
+        """Every key the section takes: the shared ones and every entry's own (for an unknown key's guesses)."""
+        return [k for k in cls.model_fields if k != "options"] + list(option_fields(cls.ENTRY_REGISTRY))
+
+    @classmethod
+    def field_of(cls, name: str) -> FieldInfo | None:
+        """The field of key ``name``: a shared one, else the first entry's that has it."""
+        if name in cls.model_fields and name != "options":
+            return cls.model_fields[name]
+        option = option_fields(cls.ENTRY_REGISTRY).get(name)
+        return option.field if option is not None else None
+
+    if not TYPE_CHECKING:
+        def __getattr__(self, name: str) -> Any:  # ``settings.window``: the entry's own key, read as before
+            options = self.__dict__.get("options")
+            if isinstance(options, BaseModel) and name in type(options).model_fields:
+                return getattr(options, name)
+            return super().__getattr__(name)
+
+
+def _is_default(registry: Registry[Any], option: OptionField, key: str, value: Any) -> bool:
+    """Whether ``value`` is the default of ``key`` in the entry that declares it (a full dump reloads)."""
+    model = options_of(registry.get(option.entries[0]))
+    try:
+        parsed = model.model_validate({key: value})
+    except ValidationError:
+        return False
+    return bool(getattr(parsed, key) == option.field.get_default(call_default_factory=True))
+

@@ -1,0 +1,151 @@
+"""A plugin re-ranker with an option of its own (tests/plugins/with_options: ``wordcount`` and its ``favour`` and
+``min_words``), installed through an entry point: reached from a config's ``[rerank]`` and from ``apcir rerank
+--favour``, its keys checked like a built-in's, and listed in the generated reference, with no edit to apcir."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from tiny_models import write_collection
+
+from apcir.errors import ApcirError
+from apcir.evaluation.nugget_registry import MATCHERS
+from apcir.reranking.registry import RERANKERS
+from apcir.responses.registry import RESPONDERS
+
+PLUGIN = Path(__file__).resolve().parents[1] / "plugins" / "with_options"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+TURN = "9-1_1"
+LENGTHS = {f"clueweb22-en0000-00-{i:05d}:0": n for i, n in enumerate([3, 9, 1, 6, 4])}
+
+
+REGISTRIES = [RERANKERS, RESPONDERS, MATCHERS]
+
+
+@pytest.fixture
+def plugin(monkeypatch):
+    """The plugin installed (its dist-info on sys.path): the names each registry added, and the registries as they
+    were afterwards (entries read while it was installed leave with it)."""
+    for registry in REGISTRIES:
+        registry.load_plugins()  # what is installed without it, read now
+    saved = [dict(r._entries) for r in REGISTRIES]
+    monkeypatch.syspath_prepend(str(PLUGIN))
+    yield [r.load_plugins(again=True) for r in REGISTRIES]
+    for registry, entries in zip(REGISTRIES, saved):
+        registry._entries = entries
+
+
+@pytest.fixture
+def files(tmp_path):
+    passages = {pid: " ".join(["word"] * n) for pid, n in LENGTHS.items()}
+    write_collection(tmp_path / "c.jsonl", passages)
+    (tmp_path / "in.run").write_text("".join(f"{TURN} Q0 {pid} {rank} {10.0 - rank} first\n"
+                                             for rank, pid in enumerate(LENGTHS, 1)))
+    (tmp_path / "q.tsv").write_text(f"{TURN}\twhich passage is longest\n")
+    return tmp_path
+
+
+def by_length(reverse: bool) -> list[str]:
+    return sorted(LENGTHS, key=lambda pid: (-LENGTHS[pid] if reverse else LENGTHS[pid], pid))
+
+
+def config(**rerank):
+    from apcir.experiment.config import validate_config
+
+    return validate_config({"name": "p", "fusion": {"weights": {"source": "file", "file": "w.json"}},
+                            "rerank": rerank})
+
+
+def test_the_plugin_option_is_reached_from_a_config(plugin):
+    from apcir.reranking.stage import rerank_run
+
+    assert plugin == [["wordcount"], ["first"], ["letters"]]
+    settings = config(reranker="wordcount", favour="long", depth=5).rerank[0]
+    assert settings.options.favour == "long" and settings.favour == "long"
+    assert settings.model_dump()["favour"] == "long", "a dump gives the plugin's key flat, as a config has it"
+    run = {TURN: {pid: 10.0 - i for i, pid in enumerate(LENGTHS)}}
+    texts = {pid: " ".join(["word"] * n) for pid, n in LENGTHS.items()}
+    for favour in ("long", "short"):
+        chosen = config(reranker="wordcount", favour=favour, depth=5).rerank[0]
+        result, _ = rerank_run(run, {TURN: "q"}, texts, chosen, progress=False)
+        assert sorted(result[TURN], key=result[TURN].get, reverse=True) == by_length(favour == "long")
+
+
+def test_the_plugin_keys_are_checked_like_a_builtins(plugin):
+    with pytest.raises(ApcirError, match=r"rerank\[1\]\.favor': did you mean 'rerank\[1\]\.favour'\?"):
+        config(reranker="wordcount", favor="long")
+    with pytest.raises(ApcirError, match="rerank.0.favour: Input should be 'short' or 'long'"):
+        config(reranker="wordcount", favour="medium")
+    with pytest.raises(ApcirError, match="window: not used by the wordcount re-ranker"):
+        config(reranker="wordcount", window=5)
+    with pytest.raises(ApcirError, match="favour: not used by the monot5 re-ranker"):
+        config(reranker="monot5", favour="long")
+    assert config(reranker="monot5", favour="short").rerank[0].reranker == "monot5", "another entry's default is kept"
+
+
+def test_the_plugin_option_is_reached_from_apcir_rerank(plugin, files, run_cli):
+    from apcir.contract.runs import read_run_file
+
+    code, out, err = run_cli("rerank", "--help")
+    assert code == 0 and "--favour" in out and "--min-words" in out, err
+    for favour in ("long", "short"):
+        code, _, err = run_cli("rerank", "--run", str(files / "in.run"), "--queries", str(files / "q.tsv"),
+                               "--collection", str(files / "c.jsonl"), "--reranker", "wordcount", "--favour", favour,
+                               "--out", str(files / f"{favour}.run"), "--no-progress")
+        assert code == 0, err
+        hits = read_run_file(files / f"{favour}.run").run[TURN]
+        assert sorted(hits, key=hits.get, reverse=True) == by_length(favour == "long")
+    code, _, err = run_cli("rerank", "--run", str(files / "in.run"), "--queries", str(files / "q.tsv"),
+                           "--collection", str(files / "c.jsonl"), "--reranker", "wordcount", "--min-words", "-1",
+                           "--out", str(files / "bad.run"))
+    assert code == 2 and "--min-words -1: Input should be greater than or equal to 0" in err
+    code, _, err = run_cli("rerank", "--run", str(files / "in.run"), "--queries", str(files / "q.tsv"),
+                           "--collection", str(files / "c.jsonl"), "--favour", "long", "--out", str(files / "m.run"))
+    assert code == 2 and "favour: not used by the monot5 re-ranker" in err
+
+
+def test_the_plugin_option_is_in_the_generated_reference(plugin):
+    sys.path.insert(0, str(DOCS))
+    try:
+        import gen_reference
+    finally:
+        sys.path.remove(str(DOCS))
+    config_page, cli_page = gen_reference.config_reference(), gen_reference.cli_reference()
+    assert "| `rerank.favour` | Literal['short', 'long'] | `'short'` | wordcount: which passages come first: short " \
+           "or long ones |" in config_page
+    rerank_section = cli_page.split("## `apcir rerank`", 1)[1].split("\n## ", 1)[0]
+    assert "| `--favour` |  | wordcount: which passages come first: short or long ones (default short). |" \
+           in rerank_section
+    assert "`--min-words`" in rerank_section
+
+
+def test_a_plugin_responder_and_matcher_join_through_their_entry_point_groups(plugin, tmp_path):
+    import apcir
+    from apcir.evaluation.nugget_matchers import MatcherSettings
+    from apcir.evaluation.nuggets import Nugget
+    from apcir.experiment.config import validate_config
+
+    turns = [t for t in apcir.topics("ikat23-test") if t.conversation_id == "9-1"][:2]
+    passages = {pid: f"passage {n} words long" for pid, n in LENGTHS.items()}
+    run = {t.turn_id: {p: 10.0 - i for i, p in enumerate(passages)} for t in turns}
+    responses = apcir.respond(turns, apcir.reformulate(turns, "heuristic"), run, passages, "first")
+    assert [r.citations for r in responses.values()] == [[next(iter(passages))]] * 2
+    assert validate_config({"name": "p", "fusion": {"weights": {"source": "file", "file": "w.json"}},
+                            "respond": {"responder": "first"}}).respond.responder == "first"
+    nugget = Nugget(turn_id=turns[0].turn_id, nugget_id="1", text="abc")
+    assert MATCHERS.get("letters").build(MatcherSettings()).scores([(nugget, "cab"), (nugget, "xyz")]) == [1.0, 0.0]
+    with pytest.raises(ApcirError, match="did you mean 'letters'"):
+        MATCHERS.get("leters")
+
+
+def test_a_builtin_entrys_own_keys_are_read_as_strictly_and_guessed_as_the_shared_ones():
+    with pytest.raises(ApcirError, match="rerank.0.batch_size: Input should be a valid integer"):
+        config(reranker="monot5", batch_size="16")  # a config says what it means, an entry's keys too
+    with pytest.raises(ApcirError, match=r"'rerank\[1\]\.true_tokn': did you mean 'rerank\[1\]\.true_token'"):
+        config(reranker="monot5", true_tokn="yes")
+    with pytest.raises(ApcirError, match=r"'rerank\[1\]\.llm\.bse_url': did you mean 'rerank\[1\]\.llm\.base_url'"):
+        config(reranker="rankgpt", llm={"bse_url": "http://localhost:1/v1"})
+    settings = config(reranker="rankgpt", window=10, llm={"base_url": "http://localhost:1/v1"}).rerank[0]
+    assert (settings.window, settings.step, settings.llm.base_url) == (10, 10, "http://localhost:1/v1")

@@ -1,0 +1,74 @@
+"""A third-party re-ranker with an option of its own (``favour``), as a package outside apcir would ship it:
+its spec names its options model, so ``[rerank] favour = "long"`` and ``apcir rerank --favour long`` reach it
+and the reference pages list it, with no edit to apcir; and a responder and a nugget matcher through the
+``apcir.responders`` and ``apcir.matchers`` groups (see knob_apcir_plugin-0.1.dist-info/entry_points.txt)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from apcir.evaluation.nugget_registry import MatcherSpec
+from apcir.options import Options
+from apcir.reranking.base import Ranked, RerankStats
+from apcir.reranking.registry import RerankerSpec
+from apcir.responses.registry import ResponderSpec
+
+
+class WordCountOptions(Options):
+    favour: Literal["short", "long"] = Field("short", description="which passages come first: short or long ones")
+    min_words: int = Field(0, ge=0, description="passages with fewer words go below the others")
+
+
+class WordCount:
+    name = "wordcount"
+    model = "none"
+
+    def __init__(self, options: WordCountOptions) -> None:
+        self.options = options
+
+    def rank(self, candidates, *, progress=True):
+        ranked = {}
+        stats = RerankStats()
+        sign = 1 if self.options.favour == "short" else -1
+        for c in candidates:
+            words = [len(text.split()) for text in c.texts]
+            order = sorted(range(len(c.ids)),
+                           key=lambda i: (words[i] < self.options.min_words, sign * words[i], c.ids[i]))
+            ranked[c.turn] = Ranked([c.ids[i] for i in order], [float(len(order) - n) for n in range(len(order))])
+            stats.pairs_scored += len(order)
+        return ranked, stats
+
+
+def load_reranker(settings):
+    return WordCount(settings.own(WordCountOptions))
+
+
+RERANKER = RerankerSpec("wordcount", "+wordcount", "passages ordered by their length (a plugin with an option)",
+                        "pointwise", "none", "knob_apcir_plugin:load_reranker", WordCountOptions)
+
+
+# ---- a responder (offline): the first passage given, cited ----------------------------------------------
+def produce_first(jobs, settings, emit, **_):
+    from apcir.contract.responses import ResponseRecord
+
+    for job in jobs:
+        pid, text = job.passages[0]
+        emit(ResponseRecord(turn_id=job.turn.turn_id, responder="first", prompt_hash="first-v1",
+                            text=f"{' '.join(text.split()[:settings.max_words - 1])} [1]", passages=[pid],
+                            citations=[pid]))
+
+
+RESPONDER = ResponderSpec("first", "the first passage, cited (a plugin)", "first", True,
+                          lambda settings: {"code": "first-v1"}, produce_first)
+
+
+# ---- a nugget matcher: the share of the nugget's characters found in the response --------------------------
+class Letters:
+    def scores(self, pairs):
+        return [len(set(n.text.lower()) & set(r.lower())) / max(len(set(n.text.lower())), 1) for n, r in pairs]
+
+
+MATCHER = MatcherSpec("letters", "letter overlap", "share of the nugget's letters in the response (a plugin)", True,
+                      0.9, "free", lambda settings: Letters())
