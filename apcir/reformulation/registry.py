@@ -7,12 +7,11 @@ fingerprint: change it and the stage is redone) and how it produces records.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from apcir.registry import Registry
+from apcir.registry import Registry, call_ref
 
 if TYPE_CHECKING:
     from apcir.llm.accounting import Accounting
@@ -44,10 +43,7 @@ class ReformulatorSpec:
         target = getattr(self, which)
         if target is None:
             return {}
-        if isinstance(target, str):
-            module, _, function = target.partition(":")
-            target = getattr(importlib.import_module(module), function)
-        return target(*args, **kwargs)
+        return call_ref(target, *args, **kwargs)
 
 
 REFORMULATORS: Registry[ReformulatorSpec] = Registry("reformulator", "apcir.reformulators")

@@ -8,11 +8,10 @@ transformers load only for the local models and nothing heavy for RankGPT.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from apcir.registry import Registry
+from apcir.registry import Registry, call_ref
 
 
 @dataclass(frozen=True)
@@ -28,8 +27,7 @@ class RerankerSpec:
     """The ``[rerank]`` keys it reads besides the common ones (any other re-ranker's key is refused)."""
 
     def call(self, *args: Any, **kwargs: Any) -> Any:
-        module, _, function = self.load.partition(":")
-        return getattr(importlib.import_module(module), function)(*args, **kwargs)
+        return call_ref(self.load, *args, **kwargs)
 
 
 RERANKERS: Registry[RerankerSpec] = Registry("re-ranker", "apcir.rerankers")

@@ -8,13 +8,12 @@ fingerprint: change it and the stage is redone) and how it produces records.
 from __future__ import annotations
 
 import hashlib
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from apcir.registry import Registry
+from apcir.registry import Registry, call_ref
 
 if TYPE_CHECKING:
     from apcir.llm.accounting import Accounting
@@ -42,11 +41,7 @@ class ResponderSpec:
     the others are refused with it."""
 
     def call(self, which: str, *args: Any, **kwargs: Any) -> Any:
-        target = getattr(self, which)
-        if isinstance(target, str):
-            module, _, function = target.partition(":")
-            target = getattr(importlib.import_module(module), function)
-        return target(*args, **kwargs)
+        return call_ref(getattr(self, which), *args, **kwargs)
 
 
 def code_digest(*files: str) -> str:

@@ -38,7 +38,7 @@ import numpy as np
 import scipy.sparse as sp
 from pydantic import BaseModel
 
-from apcir import __version__
+from apcir._version import __version__
 from apcir.console import progress as progress_bar
 from apcir.console import warn
 from apcir.contract.records import Passage

@@ -10,11 +10,10 @@ its files for ``apcir validate`` without ``--format``.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from apcir.registry import Registry
+from apcir.registry import Registry, call_ref
 
 
 @dataclass(frozen=True)
@@ -33,8 +32,7 @@ class FormatSpec:
     """``module:function(path) -> bool``: whether a file is in this format (tried before the iKAT shapes)."""
 
     def call(self, which: Literal["build", "check", "detect"], *args: Any) -> Any:
-        module, _, function = getattr(self, which).partition(":")
-        return getattr(importlib.import_module(module), function)(*args)
+        return call_ref(getattr(self, which), *args)
 
 
 FORMATS: Registry[FormatSpec] = Registry("submission format", "apcir.formats")
