@@ -167,11 +167,21 @@ def parse_json_line(text: str, path: Path, number: int) -> dict[str, Any]:
     return record
 
 
-def iter_jsonl(path: Path, what: str = "file") -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(line_number, object)`` for each non-blank line of a JSONL file."""
+def iter_jsonl(path: Path, what: str = "file", *, skip_malformed: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, object)`` for each non-blank line of a JSONL file.
+
+    A line that is not a JSON object is an error naming the file and line, or, with ``skip_malformed`` (a reader
+    that shows what a log holds, whose last line a killed run may have torn), passed over."""
     for number, line in iter_lines(path, what):
-        if line.strip():
-            yield number, parse_json_line(line, path, number)
+        if not line.strip():
+            continue
+        try:
+            record = parse_json_line(line, path, number)
+        except ApcirError:
+            if skip_malformed:
+                continue
+            raise
+        yield number, record
 
 
 # ---- writing -----------------------------------------------------------------------------------

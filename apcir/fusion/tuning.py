@@ -88,6 +88,32 @@ def tuning_turns(runs: Sequence[Run], qrels: Qrels) -> list[str]:
     return sorted(t for t in align_runs(runs).turns if t in qrels)
 
 
+def judged_turns(runs: Sequence[Run], qrels: Qrels, turns: Sequence[str] | None = None) -> list[str]:
+    """``turns``, or else every turn that is judged and in at least one run (:func:`tuning_turns`); none is an error."""
+    chosen = list(turns) if turns is not None else tuning_turns(runs, qrels)
+    if not chosen:
+        raise ApcirError("no turn is both judged and in the runs: check that the qrels belong to these runs")
+    return chosen
+
+
+def grid_search(
+    runs: Sequence[Run],
+    qrels: Qrels,
+    turns: Sequence[str],
+    objective: Objective,
+    *,
+    step: float | str = 0.01,
+    norm: str = "minmax",
+    depth: int = 1000,
+    rel_threshold: int = 1,
+    progress: bool = False,
+) -> GridSearch:
+    """The exhaustive search over the simplex of the runs' weights, scoring ``objective`` on ``turns``: the one
+    constructor :func:`tune_weights`, :func:`cross_validate`, the fusion protocol and the plots use."""
+    return GridSearch(runs, qrels, turns, objective_measures(objective), step=step, norm=norm, depth=depth,
+                      rel_threshold=rel_threshold, progress=progress)
+
+
 def tune_weights(
     runs: Sequence[Run],
     levels: Mapping[str, str],
@@ -118,25 +144,12 @@ def tune_weights(
     """
     check_runs(runs)
     check_norm(norm)
-    measures = objective_measures(objective)
-    chosen = list(turns) if turns is not None else tuning_turns(runs, qrels)
-    if not chosen:
-        raise ApcirError(
-            "no turn is both judged and in the runs: check that the qrels belong to these runs"
-        )
+    objective_measures(objective)  # a bad objective is refused first, before the turns are looked at
+    chosen = judged_turns(runs, qrels, turns)
     levels = with_missing_level(levels, chosen, missing_level)
     if search is None:
-        search = GridSearch(
-            runs,
-            qrels,
-            chosen,
-            measures,
-            step=step,
-            norm=norm,
-            depth=depth,
-            rel_threshold=rel_threshold,
-            progress=progress,
-        )
+        search = grid_search(runs, qrels, chosen, objective, step=step, norm=norm, depth=depth,
+                             rel_threshold=rel_threshold, progress=progress)
     weights = weights_from_search(search, levels, chosen, constraint, min_turns, rule, with_evidence=with_evidence)
     weights.tuned_on = TunedOn(
         qrels=qrels_name,
@@ -290,27 +303,14 @@ def cross_validate(
     constraints do not enter the search, so one search serves the ablations).
     """
     check_runs(runs)
-    measures = objective_measures(objective)
+    objective_measures(objective)  # a bad objective is refused first, before the turns are looked at
     divisions(step)
-    turns = tuning_turns(runs, qrels)
-    if not turns:
-        raise ApcirError(
-            "no turn is both judged and in the runs: check that the qrels belong to these runs"
-        )
+    turns = judged_turns(runs, qrels)
     levels = with_missing_level(levels, turns, missing_level)
     folds = conversation_folds(turns, k, seed)
     if search is None:
-        search = GridSearch(
-            runs,
-            qrels,
-            turns,
-            measures,
-            step=step,
-            norm=norm,
-            depth=depth,
-            rel_threshold=rel_threshold,
-            progress=progress,
-        )
+        search = grid_search(runs, qrels, turns, objective, step=step, norm=norm, depth=depth,
+                             rel_threshold=rel_threshold, progress=progress)
     elif set(turns) - set(search.turns):
         raise ApcirError("the given grid search does not cover every judged turn of these runs")
     fused: Run = {}

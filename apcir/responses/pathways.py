@@ -47,7 +47,7 @@ from typing import Any
 from apcir.console import warn
 from apcir.contract.reformulations import Usage
 from apcir.contract.responses import ResponseRecord
-from apcir.io import write_json
+from apcir.io import read_json, write_json
 from apcir.llm.accounting import Accounting
 from apcir.llm.cache import cache_key
 from apcir.llm.jobs import Answer, Ask, ask_all
@@ -121,7 +121,7 @@ class Asker:
                   schema_name=f"apcir_pot_{kind}", grammar=grammar)
         failure = self._failure_file(messages, settings)
         if failure is not None and failure.exists() and not self.refresh:
-            known = json.loads(failure.read_text(encoding="utf-8"))
+            known = read_json(failure, "failed answer")
             return Answer(kind, None, raw=known.get("raw"), error=known.get("error"), cached=True)
         mode = ask_all([ask], model=self.model, settings=settings, accounting=self.accounting,
                        on_answer=lambda _, answer: box.append(answer), read_cache=not self.refresh)
