@@ -32,7 +32,6 @@ from apcir.fusion.settings import FusionParams, TuningSettings
 from apcir.fusion.systems import PRIMARY, SYSTEMS
 from apcir.fusion.tuning import (
     cross_validate,
-    grid_search,
     judged_turns,
     qrels_fingerprint,
     tuned_on_overlap,
@@ -80,8 +79,8 @@ def search_for(inputs: FusionInputs, settings: TuningSettings, params: FusionPar
         raise ApcirError("tuning the weights needs qrels")
     turns = judged_turns(inputs.lists, inputs.qrels)
     check_judged(inputs.lists, inputs.qrels, inputs.qrels_name or "the qrels", f"the {len(inputs.lists)} runs'")
-    search = grid_search(inputs.lists, inputs.qrels, turns, settings.objective, step=settings.step, norm=params.norm,
-                         depth=params.depth, rel_threshold=params.rel_threshold, progress=progress)
+    search = GridSearch(inputs.lists, inputs.qrels, turns, settings.objective, step=settings.step, norm=params.norm,
+                        depth=params.depth, rel_threshold=params.rel_threshold, progress=progress)
     return search, turns
 
 

@@ -22,7 +22,7 @@ from apcir.contract.reformulations import LEVELS
 from apcir.contract.weights import LevelWeights, TunedOn, WeightsFile
 from apcir.errors import ApcirError
 from apcir.fusion.folds import conversation_folds
-from apcir.fusion.grid import TIE_RULE, GridSearch, divisions
+from apcir.fusion.grid import TIE_RULE, GridSearch, Objective, divisions, objective_measures
 from apcir.fusion.linear import align_runs, check_runs, fuse_linear
 from apcir.fusion.normalise import check_norm
 from apcir.fusion.selection import (
@@ -35,26 +35,14 @@ from apcir.fusion.selection import (
     resolve_lambda,
 )
 from apcir.ids import split_turn_id
-from apcir.metrics import Evaluation, evaluate, parse_measures
-from apcir.metrics.measures import Measure
+from apcir.metrics import Evaluation, evaluate
 
-Objective = str | Sequence[str] | Sequence[Measure]
 Constraint = np.ndarray | Callable[[np.ndarray], np.ndarray] | None
 
 
 def no_third(compositions: np.ndarray) -> np.ndarray:
     """Constraint of the no-personalisation ablation: the last weight is 0."""
     return compositions[:, -1] == 0
-
-
-def objective_measures(objective: Objective) -> list[Measure]:
-    """Measures of an objective: a set name (``paper``), a name (``nDCG@3``) or a list of them."""
-    if isinstance(objective, str):
-        return parse_measures(objective)
-    items = list(objective)
-    if items and all(isinstance(m, Measure) for m in items):
-        return [m for m in items if isinstance(m, Measure)]
-    return parse_measures([str(m) for m in items])
 
 
 def qrels_fingerprint(qrels: Qrels) -> str:
@@ -96,24 +84,6 @@ def judged_turns(runs: Sequence[Run], qrels: Qrels, turns: Sequence[str] | None 
     return chosen
 
 
-def grid_search(
-    runs: Sequence[Run],
-    qrels: Qrels,
-    turns: Sequence[str],
-    objective: Objective,
-    *,
-    step: float | str = 0.01,
-    norm: str = "minmax",
-    depth: int = 1000,
-    rel_threshold: int = 1,
-    progress: bool = False,
-) -> GridSearch:
-    """The exhaustive search over the simplex of the runs' weights, scoring ``objective`` on ``turns``: the one
-    constructor :func:`tune_weights`, :func:`cross_validate`, the fusion protocol and the plots use."""
-    return GridSearch(runs, qrels, turns, objective_measures(objective), step=step, norm=norm, depth=depth,
-                      rel_threshold=rel_threshold, progress=progress)
-
-
 def tune_weights(
     runs: Sequence[Run],
     levels: Mapping[str, str],
@@ -148,8 +118,8 @@ def tune_weights(
     chosen = judged_turns(runs, qrels, turns)
     levels = with_missing_level(levels, chosen, missing_level)
     if search is None:
-        search = grid_search(runs, qrels, chosen, objective, step=step, norm=norm, depth=depth,
-                             rel_threshold=rel_threshold, progress=progress)
+        search = GridSearch(runs, qrels, chosen, objective, step=step, norm=norm, depth=depth,
+                            rel_threshold=rel_threshold, progress=progress)
     weights = weights_from_search(search, levels, chosen, constraint, min_turns, rule, with_evidence=with_evidence)
     weights.tuned_on = TunedOn(
         qrels=qrels_name,
@@ -309,8 +279,8 @@ def cross_validate(
     levels = with_missing_level(levels, turns, missing_level)
     folds = conversation_folds(turns, k, seed)
     if search is None:
-        search = grid_search(runs, qrels, turns, objective, step=step, norm=norm, depth=depth,
-                             rel_threshold=rel_threshold, progress=progress)
+        search = GridSearch(runs, qrels, turns, objective, step=step, norm=norm, depth=depth,
+                            rel_threshold=rel_threshold, progress=progress)
     elif set(turns) - set(search.turns):
         raise ApcirError("the given grid search does not cover every judged turn of these runs")
     fused: Run = {}

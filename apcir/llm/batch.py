@@ -20,6 +20,7 @@ from apcir.console import progress as progress_bar
 from apcir.errors import ApcirError
 from apcir.io import RecordAppender, exclusive, read_record_log, write_json
 from apcir.llm.accounting import Accounting, ModelUsage
+from apcir.registry import call_ref
 
 
 class BatchSummary(BaseModel):
@@ -135,6 +136,31 @@ def check_resume(out: Path, settings: dict[str, Any], what: str, *, redo: bool =
         out.unlink()
 
 
+@dataclass(frozen=True)
+class ProducerSpec:
+    """A registry entry whose records a batch makes (a reformulator, a responder). Its functions are given as
+    functions or ``"module:function"`` references, imported only when used (:func:`apcir.registry.call_ref`), so
+    the settings can consult the registry without importing every producer:
+
+    * ``identity(...) -> dict``: what identifies its output (the stage fingerprint's part);
+    * ``produce(items, settings, emit, *, accounting, refresh) -> structured mode or None`` (:func:`run_batch`'s
+      ``produce``).
+    """
+
+    name: str
+    description: str
+    usage: str
+    """How a config or a command names it."""
+    offline: bool
+    identity: str | Callable[..., dict[str, Any]]
+    produce: str | Callable[..., str | None]
+
+    def call(self, which: str, *args: Any, **kwargs: Any) -> Any:
+        """Call the function field ``which``; a field that is None gives ``{}``."""
+        target = getattr(self, which)
+        return {} if target is None else call_ref(target, *args, **kwargs)
+
+
 Item = TypeVar("Item")
 Record = TypeVar("Record", bound=BaseModel)
 Summary = TypeVar("Summary", bound=BatchSummary)
@@ -189,6 +215,9 @@ def run_batch(
     comes (:func:`appending`), with ``accounting()`` counting requests and cost. Then, even when ``produce`` fails,
     the summary is written beside ``out``: ``summarise(batch, fields)`` makes it from the fields every
     :class:`BatchSummary` has (``fields``) plus the stage's own; a call that wrote nothing leaves no summary behind.
+
+    Raises :class:`ApcirError` for user errors and :class:`~apcir.llm.client.LLMFatalError` (a subclass) when the
+    server refuses the key or the model; records finished before that stay in ``out``.
     """
     out = Path(out)
     with exclusive(out.parent / f".{out.name}.lock", f"{what} file {out}", guards=out):

@@ -33,7 +33,7 @@ from apcir.contract.reformulations import (
 )
 from apcir.contract.stage import Stage, StageContext, StageResult, an_output
 from apcir.errors import ApcirError
-from apcir.io import RecordAppender, read_record_log, timestamp
+from apcir.io import RecordAppender, timestamp
 from apcir.llm.accounting import Accounting
 from apcir.llm.batch import Batch, BatchSummary, run_batch
 from apcir.reformulation.registry import accounting_for, reformulator_for
@@ -60,12 +60,6 @@ def shaping_settings(options: ReformulatorOptions) -> dict[str, Any]:
     return {"llm": options.method, **reformulator_for(options.method).call("shaping", options)}
 
 
-# --- the output file -------------------------------------------------------------------------
-def read_existing(out: Path) -> dict[str, ReformulationRecord]:
-    """Records already in ``out`` (by turn id); a torn last record from a killed run is cut off."""
-    return read_record_log(out, ReformulationRecord, "reformulations")
-
-
 # --- the stage -------------------------------------------------------------------------------
 def reformulate(
     turns: list[Turn],
@@ -76,12 +70,8 @@ def reformulate(
     progress: bool = True,
     redo_stale: bool = False,
 ) -> ReformulateSummary:
-    """Reformulate ``turns`` as ``options.method`` says into ``out`` (resumable; see the module docstring).
-
-    Raises :class:`ApcirError` for user errors and
-    :class:`~apcir.llm.client.LLMFatalError` (a subclass) when the server
-    refuses the key or the model; records finished before that stay in ``out``.
-    """
+    """Reformulate ``turns`` as ``options.method`` says into ``out``: a resumable batch (:func:`run_batch`, which says
+    what it raises; see also the module docstring). A file of another method's records is refused."""
     out = Path(out)
     spec = reformulator_for(options.method)
     if spec.name == "file":

@@ -53,7 +53,7 @@ from apcir.llm.cache import cache_key
 from apcir.llm.jobs import Answer, Ask, ask_all
 from apcir.llm.settings import LLMSettings
 from apcir.responses import pathway_prompts as pp
-from apcir.responses.job import ResponseJob, failed_record, unusable
+from apcir.responses.job import ResponseJob, askable_jobs, failed_record
 from apcir.responses.prompt import ParsedResponse, grammar_schema, parse_answer
 from apcir.responses.settings import RespondSettings
 
@@ -296,14 +296,7 @@ def produce(
     """Answer every job by Pathways of Thoughts, emitting each turn's record (and trace lines) when it is done."""
     model = model_of(settings.responder)
     asker = Asker(model, settings.llm_settings(), accounting, refresh)
-    askable = []
-    for job in jobs:
-        problem = unusable(job)
-        if problem is None:
-            askable.append(job)
-        else:
-            warn(f"turn {job.turn.turn_id}: {problem}")
-            emit(failed_record(job, settings.responder, problem))
+    askable = askable_jobs(jobs, settings.responder, emit)
     if not askable:
         return None
     handle = trace.open("a", encoding="utf-8") if trace is not None else None

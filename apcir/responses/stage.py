@@ -27,7 +27,7 @@ from apcir.contract.records import Turn
 from apcir.contract.reformulations import ReformulationRecord
 from apcir.contract.responses import ResponseRecord
 from apcir.contract.stage import Stage, StageContext, StageResult, an_output, not_an_input
-from apcir.io import RecordAppender, read_record_log, timestamp
+from apcir.io import RecordAppender, timestamp
 from apcir.llm.accounting import Accounting
 from apcir.llm.batch import BatchSummary, run_batch
 from apcir.responses.job import ResponseJob
@@ -52,11 +52,6 @@ def shaping_settings(settings: RespondSettings) -> dict[str, Any]:
     return {k: v for k, v in stage_identity(settings).items() if k != "code"}
 
 
-def read_existing(out: Path) -> dict[str, ResponseRecord]:
-    """Records already in ``out`` (by turn id); a torn last record from a killed run is cut off."""
-    return read_record_log(out, ResponseRecord, "responses")
-
-
 def respond(
     jobs: list[ResponseJob],
     settings: RespondSettings,
@@ -66,12 +61,8 @@ def respond(
     progress: bool = True,
     redo_stale: bool = False,
 ) -> RespondSummary:
-    """Answer every job as ``settings.responder`` says into ``out`` (resumable; see the module docstring).
-
-    Raises :class:`ApcirError` for user errors and
-    :class:`~apcir.llm.client.LLMFatalError` (a subclass) when the server
-    refuses the key or the model; records finished before that stay in ``out``.
-    """
+    """Answer every job as ``settings.responder`` says into ``out``: a resumable batch (:func:`run_batch`, which says
+    what it raises; see also the module docstring). A turn's record is kept only for the same passages."""
     out = Path(out)
     spec = responder_for(settings.responder)
 
