@@ -46,10 +46,11 @@ def load_ref(ref: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-def call_ref(target: str | Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call ``target``: a function, or a ``"module:function"`` reference (:func:`load_ref`)."""
-    function = load_ref(target) if isinstance(target, str) else target
-    return function(*args, **kwargs)
+def call_ref(function: str | Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """Call ``function``: a function, or a ``"module:function"`` reference (:func:`load_ref`); every other
+    argument, keywords included, is the call's."""
+    target = load_ref(function) if isinstance(function, str) else function
+    return target(*args, **kwargs)
 
 
 class Named(Protocol):

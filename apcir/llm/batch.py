@@ -211,7 +211,7 @@ def run_batch(
     Under a lock on ``out`` (a second writer fails at once): the items are made unique by key; ``refresh`` starts
     ``out`` (and the files ``also_refresh``) over; the records already there are read (``check_existing`` may
     refuse them) and checked against the ``settings`` that shape them (:func:`check_resume`; ``redo_stale`` redoes
-    stale ones); the items without a record that ``is_done`` keeps are ``produce``\ d, each record appended as it
+    stale ones); the items without a record that ``is_done`` keeps go to ``produce``, each record appended as it
     comes (:func:`appending`), with ``accounting()`` counting requests and cost. Then, even when ``produce`` fails,
     the summary is written beside ``out``: ``summarise(batch, fields)`` makes it from the fields every
     :class:`BatchSummary` has (``fields``) plus the stage's own; a call that wrote nothing leaves no summary behind.

@@ -35,6 +35,7 @@ def test_load_ref_and_call_ref() -> None:
     assert load_ref("os.path:join") is __import__("os").path.join
     assert call_ref("os.path:join", "a", "b") == "a/b"
     assert call_ref(lambda x: x + 1, 1) == 2
+    assert call_ref(lambda *, target: target, target="milvus:x.db") == "milvus:x.db"  # any keyword is the call's
     with pytest.raises(AttributeError):
         load_ref("os.path:no_such_function")
 
