@@ -25,7 +25,8 @@ ir_datasets.
 import os as _os
 from typing import Any as _Any
 
-__version__ = "0.1.0"
+from apcir._public import PUBLIC
+from apcir._version import __version__ as __version__
 
 # Reproducible numbers: the math libraries must not pick fewer threads when the machine is busy (that changes
 # the order of reductions, and so the last bits of a model's scores). Set before any of them is loaded; a
@@ -39,31 +40,7 @@ for _name in ("OMP_DYNAMIC", "MKL_DYNAMIC"):
 # work-queue layer loads no OpenMP at all: as fast here (benchmarks/fusion.py), and torch always has its own.
 _os.environ.setdefault("NUMBA_THREADING_LAYER", "workqueue")
 
-__all__ = [
-    "Experiment",
-    "Run",
-    "RunDirectory",
-    "Table",
-    "TurnView",
-    "collection",
-    "compare",
-    "evaluate",
-    "experiment_names",
-    "export",
-    "fuse",
-    "load_run",
-    "nugget_recall",
-    "qrels",
-    "quiet",
-    "reformulate",
-    "rerank",
-    "respond",
-    "retrieve",
-    "save_run",
-    "topics",
-    "tune",
-    "validate",
-]
+__all__ = list(PUBLIC)
 
 
 def __getattr__(name: str) -> _Any:

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from apcir import datasets
+from apcir._public import PUBLIC
 from apcir.console import set_quiet
 from apcir.contract.layout import RunLayout
 from apcir.contract.records import Passage, Qrels, Turn
@@ -748,28 +749,4 @@ def experiment_names() -> list[str]:
     return sorted(p.stem for p in CONFIGS.glob("*.toml"))
 
 
-__all__ = [
-    "Experiment",
-    "Run",
-    "RunDirectory",
-    "Table",
-    "TurnView",
-    "collection",
-    "compare",
-    "evaluate",
-    "experiment_names",
-    "export",
-    "fuse",
-    "load_run",
-    "nugget_recall",
-    "qrels",
-    "quiet",
-    "reformulate",
-    "rerank",
-    "respond",
-    "retrieve",
-    "save_run",
-    "topics",
-    "tune",
-    "validate",
-]
+__all__ = list(PUBLIC)

@@ -94,6 +94,20 @@ def iter_lines(path: Path, what: str = "file") -> Iterator[tuple[int, str]]:
             raise ApcirError(f"cannot read {what}: {_os_problem(exc)}", path=path, line=number + 1) from None
 
 
+def columns(lines: Iterable[tuple[int, str]], path: Path, layout: str) -> Iterator[tuple[int, list[str]]]:
+    """The whitespace-separated fields of each non-blank line of ``lines`` (``(number, text)``, as
+    :func:`iter_lines` yields them); a line must have as many as ``layout`` names (``turn_id Q0 passage_id rank
+    score tag``), else it is an error naming the line."""
+    expected = len(layout.split())
+    for number, line in lines:
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) != expected:
+            raise ApcirError(f"expected {expected} fields '{layout}', found {len(fields)}", path=path, line=number)
+        yield number, fields
+
+
 def read_json(path: Path, what: str = "file") -> Any:
     """Parse a JSON file; a syntax error names the file, line and column, a lone surrogate its field."""
     return json_loads(read_text(path, what), path)
@@ -167,11 +181,21 @@ def parse_json_line(text: str, path: Path, number: int) -> dict[str, Any]:
     return record
 
 
-def iter_jsonl(path: Path, what: str = "file") -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(line_number, object)`` for each non-blank line of a JSONL file."""
+def iter_jsonl(path: Path, what: str = "file", *, skip_malformed: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, object)`` for each non-blank line of a JSONL file.
+
+    A line that is not a JSON object is an error naming the file and line, or, with ``skip_malformed`` (a reader
+    that shows what a log holds, whose last line a killed run may have torn), passed over."""
     for number, line in iter_lines(path, what):
-        if line.strip():
-            yield number, parse_json_line(line, path, number)
+        if not line.strip():
+            continue
+        try:
+            record = parse_json_line(line, path, number)
+        except ApcirError:
+            if skip_malformed:
+                continue
+            raise
+        yield number, record
 
 
 # ---- writing -----------------------------------------------------------------------------------
@@ -266,12 +290,7 @@ def check_writable(path: Path, what: str = "output") -> Path:
     if target.is_dir():
         raise ApcirError(f"{what} is a directory; expected a file path", path=target)
     folder = target.parent
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ApcirError(f"cannot create the folder of the {what}: {_os_problem(exc)}", path=folder) from None
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise ApcirError(f"cannot write the {what} here: permission denied", path=target)
+    _writable_folder(folder, f"the folder of the {what}", f"cannot write the {what} here", target)
     if target.exists() and not os.access(target, os.W_OK) and not os.access(folder, os.W_OK):
         raise ApcirError(f"cannot replace the {what}: permission denied", path=target)
     return target
@@ -354,13 +373,19 @@ def check_writable_dir(path: Path, what: str = "output folder") -> Path:
     target = Path(path).expanduser()
     if target.exists() and not target.is_dir():
         raise ApcirError(f"{what} is a file; expected a folder", path=target)
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ApcirError(f"cannot create the {what}: {_os_problem(exc)}", path=target) from None
-    if not os.access(target, os.W_OK | os.X_OK):
-        raise ApcirError(f"cannot write into the {what}: permission denied", path=target)
+    _writable_folder(target, f"the {what}", f"cannot write into the {what}", target)
     return target
+
+
+def _writable_folder(folder: Path, called: str, refused: str, named: Path) -> None:
+    """Make ``folder`` (and its parents) and check that files can be made in it; an error says ``cannot create
+    {called}`` or ``{refused}: permission denied`` (naming ``named``)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ApcirError(f"cannot create {called}: {_os_problem(exc)}", path=folder) from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ApcirError(f"{refused}: permission denied", path=named)
 
 
 def write_text(path: Path, text: str) -> None:

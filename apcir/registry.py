@@ -33,11 +33,26 @@ model is asked for it.
 from __future__ import annotations
 
 import difflib
+import importlib
 from collections.abc import Callable, Iterable, Iterator
 from importlib import metadata
 from typing import Any, Generic, Protocol, TypeVar
 
 from apcir.errors import ApcirError
+
+
+def load_ref(ref: str) -> Any:
+    """The object a ``"module:name"`` reference names (``"apcir.reranking.monot5:load"``), imported now: how every
+    registry entry names its functions and classes, so that a module loads only when its entry is used."""
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def call_ref(function: str | Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """Call ``function``: a function, or a ``"module:function"`` reference (:func:`load_ref`); every other
+    argument, keywords included, is the call's."""
+    target = load_ref(function) if isinstance(function, str) else function
+    return target(*args, **kwargs)
 
 
 class Named(Protocol):
@@ -91,11 +106,11 @@ def near_miss(what: str, name: str, usages: Iterable[str], *, other: str = "a mo
     known = list(usages)
     if name in known:
         return None
-    head, colon, _ = name.partition(":")
+    prefix = name[:name.index(":") + 1] if ":" in name else ""
 
     def alike(usage: str) -> bool:
         if usage.endswith(":"):
-            return bool(colon) and head + colon != usage and _ratio(head + colon, usage) >= NEAR_MISS
+            return bool(prefix) and prefix != usage and _ratio(prefix, usage) >= NEAR_MISS
         return _ratio(name, usage) >= NEAR_MISS
 
     if not any(alike(k) for k in known):

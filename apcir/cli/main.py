@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 import typer
 from rich.markup import escape
 
-from apcir import __version__
+from apcir._version import __version__
 from apcir.cli.lazy import LazyGroup
 from apcir.console import err as err_console
 from apcir.errors import ApcirError, crash_log_path, set_crash_log_dir

@@ -28,7 +28,7 @@ from apcir.console import shown
 from apcir.contract.records import Run
 from apcir.errors import ApcirError
 from apcir.ids import canonical_turn_id
-from apcir.io import atomic_write, decode, read_bytes
+from apcir.io import atomic_write, columns, decode, read_bytes
 
 GZIP_LEVEL = 6
 """zlib level of ``.run.gz`` files: about 4x smaller than the text."""
@@ -97,16 +97,7 @@ def read_run_file(path: Path) -> RunFile:
     tag = ""
     duplicates = 0
     turn_ids: dict[str, str] = {}  # as written -> canonical (a run has few distinct turns)
-    for number, line in _lines(path):
-        fields = line.split()
-        if not fields:
-            continue
-        if len(fields) != 6:
-            raise ApcirError(
-                f"expected 6 fields 'turn_id Q0 passage_id rank score tag', found {len(fields)}",
-                path=path,
-                line=number,
-            )
+    for number, fields in columns(_lines(path), path, "turn_id Q0 passage_id rank score tag"):
         turn, _, passage, rank_text, score_text, tag = fields
         try:
             score = float(score_text)

@@ -16,13 +16,12 @@ LaMP-QA section 3.2). apcir does not bundle LaMP-QA: pass the file (``--topics l
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from apcir.contract.records import Turn
 from apcir.errors import ApcirError
-from apcir.io import read_json
+from apcir.io import iter_jsonl, read_json
 
 PREFIX = "lampqa:"
 FIELDS = ("id", "question", "profile", "rubric_aspects")
@@ -32,14 +31,7 @@ def _records(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         raise ApcirError("LaMP-QA file not found", path=path)
     if path.suffix == ".jsonl":
-        rows = []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise ApcirError(f"not JSON: {exc.msg}", path=path, line=number) from None
-        return rows
+        return [row for _, row in iter_jsonl(path, "LaMP-QA file")]
     data = read_json(path, "LaMP-QA file")
     if not isinstance(data, list):
         raise ApcirError("expected a JSON list of LaMP-QA questions", path=path)

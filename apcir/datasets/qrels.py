@@ -8,7 +8,7 @@ from apcir.console import warn
 from apcir.contract.records import Qrels
 from apcir.errors import ApcirError
 from apcir.ids import canonical_turn_id
-from apcir.io import atomic_write, iter_lines
+from apcir.io import atomic_write, columns, iter_lines
 
 MAX_GRADE = 4
 
@@ -22,16 +22,7 @@ def load_qrels(path: Path) -> Qrels:
     qrels: Qrels = {}
     repeated = 0
     unusual: dict[int, int] = {}
-    for number, line in iter_lines(path, "qrels file"):
-        fields = line.split()
-        if not fields:
-            continue
-        if len(fields) != 4:
-            raise ApcirError(
-                f"expected 4 fields 'turn_id iteration passage_id grade', found {len(fields)}",
-                path=path,
-                line=number,
-            )
+    for number, fields in columns(iter_lines(path, "qrels file"), path, "turn_id iteration passage_id grade"):
         turn, _, passage, grade_text = fields
         try:
             grade = int(grade_text)

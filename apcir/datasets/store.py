@@ -13,7 +13,6 @@ reads just those lines.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -22,7 +21,7 @@ import numpy as np
 
 from apcir.datasets.collection import _passage
 from apcir.errors import ApcirError
-from apcir.io import atomic_write, parse_json_line
+from apcir.io import atomic_write, json_loads, parse_json_line
 
 OFFSETS = "passages.offsets.npz"
 
@@ -107,7 +106,7 @@ class PassageStore(Mapping[str, str]):
                     handle.seek(int(offset))
                     raw = handle.readline()
                     try:
-                        passage = _passage(json.loads(raw), self.collection, 0)
+                        passage = _passage(json_loads(raw, self.collection), self.collection, 0)
                     except (ValueError, ApcirError):
                         raise ApcirError("the collection changed since its offsets were written; rebuild the index",
                                          path=self.collection) from None

@@ -33,7 +33,7 @@ from apcir.contract.runs import load_run, ranking
 from apcir.contract.stage import Stage, StageContext, StageResult, an_output
 from apcir.errors import ApcirError
 from apcir.evaluation.results import read_metrics
-from apcir.io import read_json, write_text
+from apcir.io import iter_jsonl, read_json, write_text
 
 TOP = 10
 TEXT_CHARS = 700
@@ -71,12 +71,8 @@ def _pathways(path: Path) -> dict[str, list[list[Any]]]:
     if not path.exists():
         return {}
     latest: dict[tuple[str, int], list[Any]] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a torn last line of a killed run
-        if isinstance(row, dict) and "pathway" in row:
+    for _, row in iter_jsonl(path, "Pathways of Thoughts trace", skip_malformed=True):  # a killed run tears a line
+        if "pathway" in row:
             latest[(str(row.get("turn_id")), int(row["pathway"]))] = [
                 row["pathway"], row.get("actions", []), bool(row.get("finalized")),
                 row.get("response") or f"(no answer: {row.get('stopped')})"]

@@ -23,7 +23,6 @@ Where the evidence does not single one run out, the alias has two candidates: th
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from pathlib import Path
 
 from apcir.errors import ApcirError
 from apcir.ids import canonical_turn_id
-from apcir.io import iter_lines
+from apcir.io import iter_lines, json_loads
 
 Label = tuple[str, str, str, int]
 """(turn_id, run, nugget_id, 0 or 1)."""
@@ -171,10 +170,7 @@ def _published_row(text: str, path: Path, number: int) -> LabelRow:
 
 def _apcir_row(text: str, path: Path, number: int, suffix: str) -> LabelRow | None:
     if suffix == ".jsonl":
-        try:
-            row = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ApcirError(f"not JSON: {exc.msg}", path=path, line=number) from None
+        row = json_loads(text, path, number)
         if not isinstance(row, dict) or not {"turn_id", "run", "nugget_id", "label"} <= set(row):
             raise ApcirError('expected {"turn_id", "run", "nugget_id", "label"}', path=path, line=number)
         fields = [str(row["turn_id"]), str(row["run"]), str(row["nugget_id"]), str(row["label"])]

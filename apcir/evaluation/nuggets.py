@@ -17,7 +17,6 @@ Reading validates: an empty text, a duplicate nugget id within a turn, a weight 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from pydantic import BaseModel, ConfigDict
 from apcir.console import shown
 from apcir.errors import ApcirError
 from apcir.ids import canonical_turn_id
-from apcir.io import iter_lines, read_json
+from apcir.io import iter_jsonl, read_json
 
 
 class Nugget(BaseModel):
@@ -99,14 +98,8 @@ def _from_json(data: Any, path: Path) -> Iterable[Nugget]:
 
 
 def _from_jsonl(path: Path) -> Iterable[Nugget]:
-    for number, line in iter_lines(path, "nugget file"):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ApcirError(f"not JSON: {exc.msg}", path=path, line=number) from None
-        if not isinstance(row, dict) or "turn_id" not in row or "nugget_id" not in row:
+    for number, row in iter_jsonl(path, "nugget file"):
+        if "turn_id" not in row or "nugget_id" not in row:
             raise ApcirError('expected {"turn_id", "nugget_id", "text", "weight"}', path=path, line=number)
         try:
             yield _nugget(_turn(row["turn_id"], path), str(row["nugget_id"]), row.get("text"), row.get("weight", 1),

@@ -152,7 +152,6 @@ def weight_landscape(run: RunMetrics, run_dir: Path, out: Path, step: str = "0.0
     from apcir.contract.runs import load_run
     from apcir.contract.weights import load_weights
     from apcir.fusion.grid import GridSearch
-    from apcir.fusion.tuning import objective_measures
 
     layout = RunLayout(run_dir)
     lists = list(layout.lists().values())
@@ -169,8 +168,8 @@ def weight_landscape(run: RunMetrics, run_dir: Path, out: Path, step: str = "0.0
     qrels = datasets.qrels(run.qrels)
     runs = [load_run(p) for p in lists]
     turns = sorted(t for t in set().union(*runs) if t in qrels)
-    search = GridSearch(runs, qrels, turns, objective_measures(",".join(weights.objective)), step=step,
-                        norm=weights.norm, depth=weights.depth, rel_threshold=weights.rel_threshold)
+    search = GridSearch(runs, qrels, turns, ",".join(weights.objective), step=step, norm=weights.norm,
+                        depth=weights.depth, rel_threshold=weights.rel_threshold)
     plt = _pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.9))
     x, y = _xy(search.weights)

@@ -8,7 +8,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from apcir import __version__
+from apcir._version import __version__
 from apcir.experiment.config import ExperimentConfig
 from apcir.io import read_json, write_json
 

@@ -45,7 +45,10 @@ import numpy as np
 from apcir.contract.records import Qrels, Run
 from apcir.errors import ApcirError
 from apcir.fusion.linear import turn_matrix
+from apcir.metrics import parse_measures
 from apcir.metrics.measures import Measure
+
+Objective = str | Sequence[str] | Sequence[Measure]
 
 # Measure kinds understood by the kernel.
 _RR, _P, _RECALL, _NDCG, _MAP = 0, 1, 2, 3, 4
@@ -107,6 +110,16 @@ def simplex_points(n: int, parts: int = 3) -> np.ndarray:
     return np.array(rows, dtype=np.int64).reshape(len(rows), parts)
 
 
+def objective_measures(objective: Objective) -> list[Measure]:
+    """Measures of an objective: a set name (``paper``), a name (``nDCG@3``) or a list of them."""
+    if isinstance(objective, str):
+        return parse_measures(objective)
+    items = list(objective)
+    if items and all(isinstance(m, Measure) for m in items):
+        return [m for m in items if isinstance(m, Measure)]
+    return parse_measures([str(m) for m in items])
+
+
 @dataclass(frozen=True)
 class BestPoint:
     """The chosen point of a search over some turns."""
@@ -123,7 +136,9 @@ class GridSearch:
     """Per-point, per-turn, per-measure values of linear fusion over the simplex.
 
     ``values[t, p, m]`` is measure ``m`` of turn ``turns[t]`` for the fused run
-    of point ``compositions[p] / divisions``.
+    of point ``compositions[p] / divisions``. The measures are those of ``objective``
+    (:func:`objective_measures`): the one constructor of the search that tuning,
+    cross-validation, the fusion protocol and the plots use.
     """
 
     def __init__(
@@ -131,7 +146,7 @@ class GridSearch:
         runs: Sequence[Run],
         qrels: Qrels,
         turns: Sequence[str],
-        measures: Sequence[Measure],
+        objective: Objective,
         *,
         step: float | str = 0.01,
         norm: str = "minmax",
@@ -145,6 +160,7 @@ class GridSearch:
             )
         if depth < 1:
             raise ApcirError(f"depth must be at least 1, got {depth}")
+        measures = objective_measures(objective)
         unsupported = [m.name for m in measures if m.family not in _KINDS or m.rel is not None]
         if unsupported:
             raise ApcirError(f"the weight search cannot maximise {', '.join(unsupported)}: it computes MRR, nDCG, P, "

@@ -32,10 +32,9 @@ from apcir.fusion.settings import FusionParams, TuningSettings
 from apcir.fusion.systems import PRIMARY, SYSTEMS
 from apcir.fusion.tuning import (
     cross_validate,
-    objective_measures,
+    judged_turns,
     qrels_fingerprint,
     tuned_on_overlap,
-    tuning_turns,
     turn_fingerprint,
     weights_from_search,
     with_missing_level,
@@ -78,12 +77,10 @@ def search_for(inputs: FusionInputs, settings: TuningSettings, params: FusionPar
     """The exhaustive search over every judged turn of the lists (shared by all variants and folds)."""
     if inputs.qrels is None:
         raise ApcirError("tuning the weights needs qrels")
-    turns = tuning_turns(inputs.lists, inputs.qrels)
-    if not turns:
-        raise ApcirError("no turn is both judged and in the runs: check that the qrels belong to these runs")
+    turns = judged_turns(inputs.lists, inputs.qrels)
     check_judged(inputs.lists, inputs.qrels, inputs.qrels_name or "the qrels", f"the {len(inputs.lists)} runs'")
-    search = GridSearch(inputs.lists, inputs.qrels, turns, objective_measures(settings.objective), step=settings.step,
-                        norm=params.norm, depth=params.depth, rel_threshold=params.rel_threshold, progress=progress)
+    search = GridSearch(inputs.lists, inputs.qrels, turns, settings.objective, step=settings.step, norm=params.norm,
+                        depth=params.depth, rel_threshold=params.rel_threshold, progress=progress)
     return search, turns
 
 

@@ -22,7 +22,7 @@ from apcir.contract.reformulations import LEVELS
 from apcir.contract.weights import LevelWeights, TunedOn, WeightsFile
 from apcir.errors import ApcirError
 from apcir.fusion.folds import conversation_folds
-from apcir.fusion.grid import TIE_RULE, GridSearch, divisions
+from apcir.fusion.grid import TIE_RULE, GridSearch, Objective, divisions, objective_measures
 from apcir.fusion.linear import align_runs, check_runs, fuse_linear
 from apcir.fusion.normalise import check_norm
 from apcir.fusion.selection import (
@@ -35,26 +35,14 @@ from apcir.fusion.selection import (
     resolve_lambda,
 )
 from apcir.ids import split_turn_id
-from apcir.metrics import Evaluation, evaluate, parse_measures
-from apcir.metrics.measures import Measure
+from apcir.metrics import Evaluation, evaluate
 
-Objective = str | Sequence[str] | Sequence[Measure]
 Constraint = np.ndarray | Callable[[np.ndarray], np.ndarray] | None
 
 
 def no_third(compositions: np.ndarray) -> np.ndarray:
     """Constraint of the no-personalisation ablation: the last weight is 0."""
     return compositions[:, -1] == 0
-
-
-def objective_measures(objective: Objective) -> list[Measure]:
-    """Measures of an objective: a set name (``paper``), a name (``nDCG@3``) or a list of them."""
-    if isinstance(objective, str):
-        return parse_measures(objective)
-    items = list(objective)
-    if items and all(isinstance(m, Measure) for m in items):
-        return [m for m in items if isinstance(m, Measure)]
-    return parse_measures([str(m) for m in items])
 
 
 def qrels_fingerprint(qrels: Qrels) -> str:
@@ -88,6 +76,14 @@ def tuning_turns(runs: Sequence[Run], qrels: Qrels) -> list[str]:
     return sorted(t for t in align_runs(runs).turns if t in qrels)
 
 
+def judged_turns(runs: Sequence[Run], qrels: Qrels, turns: Sequence[str] | None = None) -> list[str]:
+    """``turns``, or else every turn that is judged and in at least one run (:func:`tuning_turns`); none is an error."""
+    chosen = list(turns) if turns is not None else tuning_turns(runs, qrels)
+    if not chosen:
+        raise ApcirError("no turn is both judged and in the runs: check that the qrels belong to these runs")
+    return chosen
+
+
 def tune_weights(
     runs: Sequence[Run],
     levels: Mapping[str, str],
@@ -118,25 +114,12 @@ def tune_weights(
     """
     check_runs(runs)
     check_norm(norm)
-    measures = objective_measures(objective)
-    chosen = list(turns) if turns is not None else tuning_turns(runs, qrels)
-    if not chosen:
-        raise ApcirError(
-            "no turn is both judged and in the runs: check that the qrels belong to these runs"
-        )
+    objective_measures(objective)  # a bad objective is refused first, before the turns are looked at
+    chosen = judged_turns(runs, qrels, turns)
     levels = with_missing_level(levels, chosen, missing_level)
     if search is None:
-        search = GridSearch(
-            runs,
-            qrels,
-            chosen,
-            measures,
-            step=step,
-            norm=norm,
-            depth=depth,
-            rel_threshold=rel_threshold,
-            progress=progress,
-        )
+        search = GridSearch(runs, qrels, chosen, objective, step=step, norm=norm, depth=depth,
+                            rel_threshold=rel_threshold, progress=progress)
     weights = weights_from_search(search, levels, chosen, constraint, min_turns, rule, with_evidence=with_evidence)
     weights.tuned_on = TunedOn(
         qrels=qrels_name,
@@ -290,27 +273,14 @@ def cross_validate(
     constraints do not enter the search, so one search serves the ablations).
     """
     check_runs(runs)
-    measures = objective_measures(objective)
+    objective_measures(objective)  # a bad objective is refused first, before the turns are looked at
     divisions(step)
-    turns = tuning_turns(runs, qrels)
-    if not turns:
-        raise ApcirError(
-            "no turn is both judged and in the runs: check that the qrels belong to these runs"
-        )
+    turns = judged_turns(runs, qrels)
     levels = with_missing_level(levels, turns, missing_level)
     folds = conversation_folds(turns, k, seed)
     if search is None:
-        search = GridSearch(
-            runs,
-            qrels,
-            turns,
-            measures,
-            step=step,
-            norm=norm,
-            depth=depth,
-            rel_threshold=rel_threshold,
-            progress=progress,
-        )
+        search = GridSearch(runs, qrels, turns, objective, step=step, norm=norm, depth=depth,
+                            rel_threshold=rel_threshold, progress=progress)
     elif set(turns) - set(search.turns):
         raise ApcirError("the given grid search does not cover every judged turn of these runs")
     fused: Run = {}

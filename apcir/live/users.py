@@ -17,7 +17,6 @@ organisers' server sends none).
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from apcir.contract.records import Turn
+from apcir.io import read_json
 
 CLOSING = "Thank you, that is all I wanted to know."
 
@@ -120,7 +120,7 @@ def rubric_sessions(turns: list[Turn], score: Callable[[str, str], int], *, conv
                     patience: int = 12, cooperative: bool = True, style: str = "terse",
                     rubrics: Path = RUBRICS) -> list[RubricSession]:
     """One rubric user per conversation of the 2025 topics ``turns`` that has rubric questions."""
-    questions: dict[str, list[str]] = json.loads(rubrics.read_text(encoding="utf-8"))
+    questions: dict[str, list[str]] = read_json(rubrics, "rubric questions")
     by_conversation: dict[str, Turn] = {}
     for turn in turns:
         by_conversation.setdefault(turn.conversation_id, turn)

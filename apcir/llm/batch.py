@@ -1,4 +1,4 @@
-"""What a stage that writes one record per item into a resumable log shares (reformulation, responses).
+"""The resumable batch that a stage writing one record per item runs (reformulation, responses): :func:`run_batch`.
 
 The record log is appended to as each item finishes (:class:`apcir.io.RecordAppender`), under a progress bar;
 at the end, finished or not, a summary of what this call did is written beside the log as
@@ -8,17 +8,19 @@ at the end, finished or not, a summary of what this call did is written beside t
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, Field
 
 from apcir.console import progress as progress_bar
 from apcir.errors import ApcirError
-from apcir.io import RecordAppender
+from apcir.io import RecordAppender, exclusive, read_record_log, write_json
 from apcir.llm.accounting import Accounting, ModelUsage
+from apcir.registry import call_ref
 
 
 class BatchSummary(BaseModel):
@@ -132,3 +134,125 @@ def check_resume(out: Path, settings: dict[str, Any], what: str, *, redo: bool =
                               "them, or choose another --out", path=out)
         warn(f"{out}: settings changed ({changed}); its {what} are redone")
         out.unlink()
+
+
+@dataclass(frozen=True)
+class ProducerSpec:
+    """A registry entry whose records a batch makes (a reformulator, a responder). Its functions are given as
+    functions or ``"module:function"`` references, imported only when used (:func:`apcir.registry.call_ref`), so
+    the settings can consult the registry without importing every producer:
+
+    * ``identity(...) -> dict``: what identifies its output (the stage fingerprint's part);
+    * ``produce(items, settings, emit, *, accounting, refresh) -> structured mode or None`` (:func:`run_batch`'s
+      ``produce``).
+    """
+
+    name: str
+    description: str
+    usage: str
+    """How a config or a command names it."""
+    offline: bool
+    identity: str | Callable[..., dict[str, Any]]
+    produce: str | Callable[..., str | None]
+
+    def call(self, which: str, *args: Any, **kwargs: Any) -> Any:
+        """Call the function field ``which``; a field that is None gives ``{}``."""
+        target = getattr(self, which)
+        return {} if target is None else call_ref(target, *args, **kwargs)
+
+
+Item = TypeVar("Item")
+Record = TypeVar("Record", bound=BaseModel)
+Summary = TypeVar("Summary", bound=BatchSummary)
+
+
+@dataclass(frozen=True)
+class Batch(Generic[Item, Record]):
+    """What one :func:`run_batch` call did, for the stage's own summary fields."""
+
+    items: list[Item]
+    """The items asked for, each once (the first of those with the same key)."""
+    existing: dict[str, Record]
+    """The records in the output before this call (by turn id)."""
+    done: set[str]
+    """The keys of the items whose existing record was kept (not asked again)."""
+    writer: RecordAppender[Record]
+    """The records this call appended (``writer.records``)."""
+    final_mode: str | None
+    """The structured-output mode the producer ended with (None: nothing asked, or no model)."""
+
+
+def _ok(item: Any, record: Any) -> bool:
+    return bool(record.status == "ok")
+
+
+def run_batch(
+    items: Sequence[Item],
+    out: Path,
+    *,
+    what: str,
+    record: type[Record],
+    key: Callable[[Item], str],
+    settings: dict[str, Any],
+    description: str,
+    accounting: Callable[[], Accounting],
+    config: Callable[[], dict[str, Any]],
+    produce: Callable[[list[Item], RecordAppender[Record], Accounting], str | None],
+    summarise: Callable[[Batch[Item, Record], dict[str, Any]], Summary],
+    is_done: Callable[[Item, Record], bool] = _ok,
+    check_existing: Callable[[dict[str, Record]], None] | None = None,
+    refresh: bool = False,
+    also_refresh: Sequence[Path] = (),
+    progress: bool = True,
+    redo_stale: bool = False,
+) -> Summary:
+    """Make a record of every item (by its turn id, ``key``) into the log ``out``, resumably, and summarise.
+
+    Under a lock on ``out`` (a second writer fails at once): the items are made unique by key; ``refresh`` starts
+    ``out`` (and the files ``also_refresh``) over; the records already there are read (``check_existing`` may
+    refuse them) and checked against the ``settings`` that shape them (:func:`check_resume`; ``redo_stale`` redoes
+    stale ones); the items without a record that ``is_done`` keeps go to ``produce``, each record appended as it
+    comes (:func:`appending`), with ``accounting()`` counting requests and cost. Then, even when ``produce`` fails,
+    the summary is written beside ``out``: ``summarise(batch, fields)`` makes it from the fields every
+    :class:`BatchSummary` has (``fields``) plus the stage's own; a call that wrote nothing leaves no summary behind.
+
+    Raises :class:`ApcirError` for user errors and :class:`~apcir.llm.client.LLMFatalError` (a subclass) when the
+    server refuses the key or the model; records finished before that stay in ``out``.
+    """
+    out = Path(out)
+    with exclusive(out.parent / f".{out.name}.lock", f"{what} file {out}", guards=out):
+        started = time.perf_counter()
+        unique: dict[str, Item] = {}
+        for item in items:
+            unique.setdefault(key(item), item)
+        if refresh and out.exists():
+            out.unlink()
+        if refresh:
+            for path in also_refresh:
+                path.unlink(missing_ok=True)
+        existing = read_record_log(out, record, what)  # a file that is no such log is refused before its summary
+        if check_existing is not None:
+            check_existing(existing)
+        check_resume(out, settings, what, redo=redo_stale)
+        existing = read_record_log(out, record, what)
+        done = {k for k, item in unique.items() if k in existing and is_done(item, existing[k])}
+        pending = [item for k, item in unique.items() if k not in done]
+        counting = accounting()
+        snapshot = config()
+        final_mode: str | None = None
+        try:
+            with appending(out, what, description, len(pending), progress, settings=settings) as writer:
+                try:
+                    if pending:
+                        final_mode = produce(pending, writer, counting)
+                finally:
+                    batch = Batch(list(unique.values()), existing, done, writer, final_mode)
+                    fields = {"out": str(out), "summary_path": str(summary_path_for(out)), "turns": len(unique),
+                              "skipped": len(done), "structured": final_mode, "config": snapshot,
+                              "settings": settings, **batch_counts(writer, counting, started)}
+                    summary = summarise(batch, fields)
+                    write_json(summary_path_for(out), summary.model_dump(), indent=2)
+        finally:
+            if not out.exists():  # nothing was written (a failed start): no summary of nothing either
+                summary_path_for(out).unlink(missing_ok=True)
+        return summary

@@ -255,7 +255,8 @@ def _words(text: str) -> list[str]:
     return [w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS and len(w) > 1]
 
 
-def _stem(word: str) -> str:
+def stem(word: str) -> str:
+    """A light stem: one of the suffixes -ies (to -y), -ing, -ed, -es, -s cut where three letters stay."""
     for suffix in ("ies", "ing", "ed", "es", "s"):
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
             return word[: -len(suffix)] + ("y" if suffix == "ies" else "")
@@ -263,7 +264,7 @@ def _stem(word: str) -> str:
 
 
 def _stems(text: str) -> list[str]:
-    return [_stem(w) for w in _words(text)]
+    return [stem(w) for w in _words(text)]
 
 
 def _idf(documents: list[list[str]]) -> dict[str, float]:
@@ -278,18 +279,18 @@ def _unique(words: list[str], exclude: set[str]) -> list[str]:
     seen = set(exclude)
     out = []
     for w in words:
-        if _stem(w) not in seen:
-            seen.add(_stem(w))
+        if stem(w) not in seen:
+            seen.add(stem(w))
             out.append(w)
     return out
 
 
 def _top_tfidf(text: str, idf: dict[str, float], count: int, exclude: set[str]) -> list[str]:
     words = _words(text)
-    tf = Counter(_stem(w) for w in words)
+    tf = Counter(stem(w) for w in words)
     surface: dict[str, str] = {}
     for w in words:
-        surface.setdefault(_stem(w), w)
+        surface.setdefault(stem(w), w)
     ranked = sorted(
         (s for s in tf if s not in exclude),
         key=lambda s: (-tf[s] * idf.get(s, 1.0), words.index(surface[s])),
@@ -305,7 +306,7 @@ def _context_terms(turn: Turn) -> list[str]:
     terms = _unique(_words(first.utterance) + _words(previous.utterance), own)[:MAX_CONTEXT_TERMS]
     docs = [_stems(h.utterance) for h in turn.history] + [_stems(h.response) for h in turn.history]
     idf = _idf(docs)
-    taken = own | {_stem(t) for t in terms}
+    taken = own | {stem(t) for t in terms}
     terms += _top_tfidf(previous.response, idf, MAX_RESPONSE_TERMS, taken)
     return terms
 
@@ -325,7 +326,7 @@ def ptkb_similarities(turn: Turn, context: list[str] | None = None) -> dict[str,
     query: dict[str, float] = {}
     for s in _stems(turn.utterance):
         query[s] = query.get(s, 0.0) + 1.0
-    for s in (_stem(w) for w in (context if context is not None else _context_terms(turn))):
+    for s in (stem(w) for w in (context if context is not None else _context_terms(turn))):
         query[s] = query.get(s, 0.0) + 0.5
     qvec = {t: w * idf[t] for t, w in query.items() if t in idf}
     qnorm = math.sqrt(sum(v * v for v in qvec.values()))

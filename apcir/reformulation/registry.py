@@ -7,11 +7,11 @@ fingerprint: change it and the stage is redone) and how it produces records.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from apcir.llm.batch import ProducerSpec
 from apcir.registry import Registry
 
 if TYPE_CHECKING:
@@ -22,32 +22,12 @@ FILE_PREFIX = "file:"
 
 
 @dataclass(frozen=True)
-class ReformulatorSpec:
-    """A reformulator. ``identity``, ``produce`` and ``shaping`` are functions or ``"module:function"`` names,
-    imported only when used (so the settings can consult this registry without importing every reformulator):
+class ReformulatorSpec(ProducerSpec):
+    """A reformulator, named by ``method``: ``identity(turns, options)``, ``produce(turns, options, emit, *,
+    accounting, refresh)`` and ``shaping(options) -> dict``, the settings that shape every record whatever the
+    turns (see :class:`~apcir.llm.batch.ProducerSpec`)."""
 
-    * ``identity(turns, options) -> dict``: what identifies its output (the stage fingerprint's part);
-    * ``produce(turns, options, emit, *, accounting, refresh) -> structured mode or None``;
-    * ``shaping(options) -> dict``: the settings that shape every record whatever the turns.
-    """
-
-    name: str
-    description: str
-    usage: str
-    """How ``method`` names it."""
-    offline: bool
-    identity: str | Callable[..., dict[str, Any]]
-    produce: str | Callable[..., str | None]
     shaping: str | Callable[..., dict[str, Any]] | None = None
-
-    def call(self, which: str, *args: Any, **kwargs: Any) -> Any:
-        target = getattr(self, which)
-        if target is None:
-            return {}
-        if isinstance(target, str):
-            module, _, function = target.partition(":")
-            target = getattr(importlib.import_module(module), function)
-        return target(*args, **kwargs)
 
 
 REFORMULATORS: Registry[ReformulatorSpec] = Registry("reformulator", "apcir.reformulators")

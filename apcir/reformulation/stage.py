@@ -14,7 +14,6 @@ with the same :class:`~apcir.reformulation.settings.ReformulatorOptions`.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,9 +33,9 @@ from apcir.contract.reformulations import (
 )
 from apcir.contract.stage import Stage, StageContext, StageResult, an_output
 from apcir.errors import ApcirError
-from apcir.io import RecordAppender, exclusive, read_record_log, timestamp, write_json
+from apcir.io import RecordAppender, timestamp
 from apcir.llm.accounting import Accounting
-from apcir.llm.batch import BatchSummary, appending, batch_counts, check_resume, summary_path_for
+from apcir.llm.batch import Batch, BatchSummary, run_batch
 from apcir.reformulation.registry import accounting_for, reformulator_for, source_file
 from apcir.reformulation.settings import ReformulatorOptions
 
@@ -61,12 +60,6 @@ def shaping_settings(options: ReformulatorOptions) -> dict[str, Any]:
     return {"llm": options.method, **reformulator_for(options.method).call("shaping", options)}
 
 
-# --- the output file -------------------------------------------------------------------------
-def read_existing(out: Path) -> dict[str, ReformulationRecord]:
-    """Records already in ``out`` (by turn id); a torn last record from a killed run is cut off."""
-    return read_record_log(out, ReformulationRecord, "reformulations")
-
-
 # --- the stage -------------------------------------------------------------------------------
 def reformulate(
     turns: list[Turn],
@@ -77,63 +70,33 @@ def reformulate(
     progress: bool = True,
     redo_stale: bool = False,
 ) -> ReformulateSummary:
-    """Reformulate ``turns`` as ``options.method`` says into ``out`` (resumable; see the module docstring).
-
-    Raises :class:`ApcirError` for user errors and
-    :class:`~apcir.llm.client.LLMFatalError` (a subclass) when the server
-    refuses the key or the model; records finished before that stay in ``out``.
-    """
+    """Reformulate ``turns`` as ``options.method`` says into ``out``: a resumable batch (:func:`run_batch`, which says
+    what it raises; see also the module docstring). A file of another method's records is refused."""
     out = Path(out)
-    with exclusive(out.parent / f".{out.name}.lock", f"reformulations file {out}", guards=out):
-        return _reformulate(turns, options, out, refresh=refresh, progress=progress, redo_stale=redo_stale)
-
-
-def _reformulate(
-    turns: list[Turn], options: ReformulatorOptions, out: Path, *, refresh: bool, progress: bool, redo_stale: bool
-) -> ReformulateSummary:
-    started = time.perf_counter()
     spec = reformulator_for(options.method)
     if source_file(options.method) is not None:
         from apcir.reformulation.file import file_path
 
         file_path(options.method)  # a missing file fails here, before any output exists
-    unique: dict[str, Turn] = {}
-    for turn in turns:
-        unique.setdefault(turn.turn_id, turn)
-    turns = list(unique.values())
-    if refresh and out.exists():
-        out.unlink()
-    existing = read_existing(out)
-    others = sorted({r.model for r in existing.values() if r.model != options.method})
-    if others:
-        raise ApcirError(
-            f"already holds records of {', '.join(others)}, not {options.method}; choose another --out (or --refresh to "
-            "start it over)",
-            path=out,
-        )
-    shaping = shaping_settings(options)
-    check_resume(out, shaping, "reformulations", redo=redo_stale)
-    existing = read_existing(out)
-    done = {tid for tid, r in existing.items() if r.status == "ok"}
-    pending = [t for t in turns if t.turn_id not in done]
-    accounting = accounting_for(options)
-    config = _config_snapshot(options, spec.offline, refresh)
-    final_mode: str | None = None
-    try:
-        with appending(out, "reformulations", f"reformulate {options.method}", len(pending), progress,
-                       settings=shaping) as writer:
-            try:
-                if pending:
-                    final_mode = spec.call("produce", pending, options, writer, accounting=accounting, refresh=refresh)
-            finally:
-                summary = _summary(out, options.method, turns, existing, writer, accounting, config, started,
-                                   final_mode)
-                summary.settings = shaping
-                write_json(summary_path_for(out), summary.model_dump(), indent=2)
-    finally:
-        if not out.exists():  # nothing was written (a failed start): no summary of nothing either
-            summary_path_for(out).unlink(missing_ok=True)
-    return summary
+
+    def check_existing(existing: dict[str, ReformulationRecord]) -> None:
+        others = sorted({r.model for r in existing.values() if r.model != options.method})
+        if others:
+            raise ApcirError(
+                f"already holds records of {', '.join(others)}, not {options.method}; choose another --out (or "
+                "--refresh to start it over)",
+                path=out,
+            )
+
+    def produce(pending: list[Turn], writer: RecordAppender[ReformulationRecord], accounting: Accounting) -> Any:
+        return spec.call("produce", pending, options, writer, accounting=accounting, refresh=refresh)
+
+    return run_batch(
+        turns, out, what="reformulations", record=ReformulationRecord, key=lambda turn: turn.turn_id,
+        settings=shaping_settings(options), description=f"reformulate {options.method}",
+        accounting=lambda: accounting_for(options), config=lambda: _config_snapshot(options, spec.offline, refresh),
+        produce=produce, summarise=lambda batch, fields: _summary(options.method, batch, fields),
+        check_existing=check_existing, refresh=refresh, progress=progress, redo_stale=redo_stale)
 
 
 def _config_snapshot(options: ReformulatorOptions, offline: bool, refresh: bool) -> dict[str, Any]:
@@ -162,40 +125,21 @@ def _versions() -> dict[str, str]:
     return found
 
 
-def _summary(
-    out: Path,
-    llm: str,
-    turns: list[Turn],
-    existing: dict[str, ReformulationRecord],
-    writer: RecordAppender[ReformulationRecord],
-    accounting: Accounting,
-    config: dict[str, Any],
-    started: float,
-    final_mode: str | None,
-) -> ReformulateSummary:
-    records = dict(existing)
-    for record in writer.records:
-        records[record.turn_id] = record
-    wanted = {t.turn_id for t in turns}
+def _summary(llm: str, batch: Batch[Turn, ReformulationRecord], fields: dict[str, Any]) -> ReformulateSummary:
     from apcir.reformulation.file import level_from_fallback
 
+    records = dict(batch.existing)
+    for record in batch.writer.records:
+        records[record.turn_id] = record
     ok = [r for r in records.values() if r.status == "ok" and r.output is not None]
     levels = Counter(r.output.level for r in ok if r.output is not None)
     fallback = Counter(r.output.level for r in ok if r.output is not None and level_from_fallback(r))
-    summary = ReformulateSummary(
+    return ReformulateSummary(
         model=llm,
-        out=str(out),
-        summary_path=str(summary_path_for(out)),
-        turns=len(turns),
-        skipped=sum(1 for tid in wanted if tid in existing and existing[tid].status == "ok"),
         levels={level: levels.get(level, 0) for level in LEVELS},
         fallback_levels={level: fallback[level] for level in LEVELS if fallback[level]},
-        structured=final_mode,
-        config=config,
-        **batch_counts(writer, accounting, started),
+        **fields,
     )
-    write_json(summary_path_for(out), summary.model_dump(), indent=2)
-    return summary
 
 
 @dataclass

@@ -11,12 +11,11 @@ transformers load only for the local models and nothing heavy for RankGPT.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from apcir.options import Options
-from apcir.registry import Registry
+from apcir.registry import Registry, call_ref
 from apcir.reranking.options import MonoT5Options, PointwiseOptions, RankGPTOptions
 
 
@@ -39,8 +38,7 @@ class RerankerSpec:
         return frozenset(self.options.model_fields)
 
     def call(self, *args: Any, **kwargs: Any) -> Any:
-        module, _, function = self.load.partition(":")
-        return getattr(importlib.import_module(module), function)(*args, **kwargs)
+        return call_ref(self.load, *args, **kwargs)
 
 
 RERANKERS: Registry[RerankerSpec] = Registry("re-ranker", "apcir.rerankers")

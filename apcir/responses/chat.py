@@ -11,7 +11,7 @@ from apcir.console import warn
 from apcir.contract.responses import ResponseRecord
 from apcir.llm.accounting import Accounting
 from apcir.llm.jobs import Answer, Ask, ask_all
-from apcir.responses.job import ResponseJob, failed_record, unusable
+from apcir.responses.job import ResponseJob, askable_jobs
 from apcir.responses.prompt import (
     SCHEMA_NAME,
     ParsedResponse,
@@ -57,14 +57,7 @@ def produce(
 ) -> str | None:
     """Ask the model for every job's response, emitting each record as soon as its answer is in."""
     model = settings.responder
-    askable = []
-    for job in jobs:
-        problem = unusable(job)
-        if problem is None:
-            askable.append(job)
-        else:
-            warn(f"turn {job.turn.turn_id}: {problem}")
-            emit(failed_record(job, model, problem))
+    askable = askable_jobs(jobs, model, emit)
     if settings.best_of > 1:
         return _best_of(askable, settings, emit, accounting=accounting, refresh=refresh)
     cot = settings.personalisation == "cot"

@@ -3,7 +3,7 @@ profile statements and the top passages of the final run, numbered [1]..[k]."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from apcir.console import warn
@@ -99,3 +99,18 @@ def unusable(job: ResponseJob) -> str | None:
         ids = ", ".join(pid for pid, _ in job.passages)
         return f"none of the top {len(job.passages)} passages has a text in the collection given ({ids})"
     return None
+
+
+def askable_jobs(jobs: Sequence[ResponseJob], responder: str,
+                 emit: Callable[[ResponseRecord], None]) -> list[ResponseJob]:
+    """The jobs a model can be asked to answer; each of the others is recorded as failed now (``emit``), with a
+    warning saying why (:func:`unusable`)."""
+    found = []
+    for job in jobs:
+        problem = unusable(job)
+        if problem is None:
+            found.append(job)
+        else:
+            warn(f"turn {job.turn.turn_id}: {problem}")
+            emit(failed_record(job, responder, problem))
+    return found

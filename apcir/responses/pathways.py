@@ -47,13 +47,13 @@ from typing import Any
 from apcir.console import warn
 from apcir.contract.reformulations import Usage
 from apcir.contract.responses import ResponseRecord
-from apcir.io import write_json
+from apcir.io import read_json, write_json
 from apcir.llm.accounting import Accounting
 from apcir.llm.cache import cache_key
 from apcir.llm.jobs import Answer, Ask, ask_all
 from apcir.llm.settings import LLMSettings
 from apcir.responses import pathway_prompts as pp
-from apcir.responses.job import ResponseJob, failed_record, unusable
+from apcir.responses.job import ResponseJob, askable_jobs, failed_record
 from apcir.responses.prompt import ParsedResponse, grammar_schema, parse_answer
 from apcir.responses.settings import RespondSettings
 
@@ -121,7 +121,7 @@ class Asker:
                   schema_name=f"apcir_pot_{kind}", grammar=grammar)
         failure = self._failure_file(messages, settings)
         if failure is not None and failure.exists() and not self.refresh:
-            known = json.loads(failure.read_text(encoding="utf-8"))
+            known = read_json(failure, "failed answer")
             return Answer(kind, None, raw=known.get("raw"), error=known.get("error"), cached=True)
         mode = ask_all([ask], model=self.model, settings=settings, accounting=self.accounting,
                        on_answer=lambda _, answer: box.append(answer), read_cache=not self.refresh)
@@ -296,14 +296,7 @@ def produce(
     """Answer every job by Pathways of Thoughts, emitting each turn's record (and trace lines) when it is done."""
     model = model_of(settings.responder)
     asker = Asker(model, settings.llm_settings(), accounting, refresh)
-    askable = []
-    for job in jobs:
-        problem = unusable(job)
-        if problem is None:
-            askable.append(job)
-        else:
-            warn(f"turn {job.turn.turn_id}: {problem}")
-            emit(failed_record(job, settings.responder, problem))
+    askable = askable_jobs(jobs, settings.responder, emit)
     if not askable:
         return None
     handle = trace.open("a", encoding="utf-8") if trace is not None else None

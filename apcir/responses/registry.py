@@ -8,12 +8,11 @@ fingerprint: change it and the stage is redone) and how it produces records.
 from __future__ import annotations
 
 import hashlib
-import importlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from apcir.llm.batch import ProducerSpec
 from apcir.registry import Registry
 
 if TYPE_CHECKING:
@@ -25,30 +24,15 @@ EXTRACTIVE = "extractive"
 
 
 @dataclass(frozen=True)
-class ResponderSpec:
-    """A responder. ``identity(settings) -> dict`` (what identifies its output) and ``produce(jobs, settings,
-    emit, *, accounting, refresh) -> structured mode or None`` are functions or ``"module:function"`` names,
-    imported only when used (so the settings can consult this registry without importing every responder)."""
+class ResponderSpec(ProducerSpec):
+    """A responder, named by ``responder``: ``identity(settings)`` and ``produce(jobs, settings, emit, *,
+    accounting, refresh, trace)`` (see :class:`~apcir.llm.batch.ProducerSpec`)."""
 
-    name: str
-    description: str
-    usage: str
-    """How ``responder`` names it."""
-    offline: bool
-    identity: str | Callable[..., dict[str, Any]]
-    produce: str | Callable[..., str | None]
     settings: frozenset[str] = frozenset()
     """The ``[respond]`` keys of its own it reads (beyond ``top_k``, ``max_words`` and, for a model, the client's);
     the others are refused with it."""
     traced: bool = False
     """It writes a trace beside its output (:func:`apcir.responses.pathways.trace_path`)."""
-
-    def call(self, which: str, *args: Any, **kwargs: Any) -> Any:
-        target = getattr(self, which)
-        if isinstance(target, str):
-            module, _, function = target.partition(":")
-            target = getattr(importlib.import_module(module), function)
-        return target(*args, **kwargs)
 
 
 def code_digest(*files: str) -> str:

@@ -18,7 +18,6 @@ raw answer. Nothing is dropped silently.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -28,9 +27,9 @@ from apcir.contract.records import Turn
 from apcir.contract.reformulations import ReformulationRecord
 from apcir.contract.responses import ResponseRecord
 from apcir.contract.stage import Stage, StageContext, StageResult, an_output, not_an_input
-from apcir.io import RecordAppender, exclusive, read_record_log, timestamp, write_json
+from apcir.io import RecordAppender, timestamp
 from apcir.llm.accounting import Accounting
-from apcir.llm.batch import BatchSummary, appending, batch_counts, check_resume, summary_path_for
+from apcir.llm.batch import BatchSummary, run_batch
 from apcir.responses.job import ResponseJob
 from apcir.responses.registry import accounting_for, responder_for
 from apcir.responses.settings import RespondSettings
@@ -53,11 +52,6 @@ def shaping_settings(settings: RespondSettings) -> dict[str, Any]:
     return {k: v for k, v in stage_identity(settings).items() if k != "code"}
 
 
-def read_existing(out: Path) -> dict[str, ResponseRecord]:
-    """Records already in ``out`` (by turn id); a torn last record from a killed run is cut off."""
-    return read_record_log(out, ResponseRecord, "responses")
-
-
 def respond(
     jobs: list[ResponseJob],
     settings: RespondSettings,
@@ -67,52 +61,23 @@ def respond(
     progress: bool = True,
     redo_stale: bool = False,
 ) -> RespondSummary:
-    """Answer every job as ``settings.responder`` says into ``out`` (resumable; see the module docstring).
-
-    Raises :class:`ApcirError` for user errors and
-    :class:`~apcir.llm.client.LLMFatalError` (a subclass) when the server
-    refuses the key or the model; records finished before that stay in ``out``.
-    """
+    """Answer every job as ``settings.responder`` says into ``out``: a resumable batch (:func:`run_batch`, which says
+    what it raises; see also the module docstring). A turn's record is kept only for the same passages."""
     out = Path(out)
-    with exclusive(out.parent / f".{out.name}.lock", f"responses file {out}", guards=out):
-        return _respond(jobs, settings, out, refresh=refresh, progress=progress, redo_stale=redo_stale)
-
-
-def _respond(jobs: list[ResponseJob], settings: RespondSettings, out: Path, *, refresh: bool,
-             progress: bool, redo_stale: bool) -> RespondSummary:
-    started = time.perf_counter()
     spec = responder_for(settings.responder)
-    unique: dict[str, ResponseJob] = {}
-    for job in jobs:
-        unique.setdefault(job.turn.turn_id, job)
-    jobs = list(unique.values())
-    if refresh and out.exists():
-        out.unlink()
-    if refresh:
-        _trace_path(out).unlink(missing_ok=True)
-    read_existing(out)  # a file that is no responses log is refused before its summary is touched
-    check_resume(out, shaping_settings(settings), "responses", redo=redo_stale)
-    existing = read_existing(out)
-    done = {tid for tid, r in existing.items()
-            if r.status == "ok" and r.responder == settings.responder and tid in unique
-            and r.passages == unique[tid].passage_ids}
-    pending = [job for job in jobs if job.turn.turn_id not in done]
-    accounting = accounting_for(settings)
-    config = _config_snapshot(settings, spec.offline, refresh)
-    final_mode: str | None = None
-    try:
-        with appending(out, "responses", f"respond {settings.responder}", len(pending), progress,
-                       settings=shaping_settings(settings)) as writer:
-            try:
-                if pending:
-                    final_mode = spec.call("produce", pending, settings, writer, accounting=accounting, refresh=refresh,
-                                           trace=_trace_path(out))
-            finally:
-                summary = _summary(out, settings, jobs, done, writer, accounting, config, started, final_mode)
-    finally:
-        if not out.exists():  # nothing was written (a failed start): no summary of nothing either
-            summary_path_for(out).unlink(missing_ok=True)
-    return summary
+
+    def produce(pending: list[ResponseJob], writer: RecordAppender[ResponseRecord], accounting: Accounting) -> Any:
+        return spec.call("produce", pending, settings, writer, accounting=accounting, refresh=refresh,
+                         trace=_trace_path(out))
+
+    return run_batch(
+        jobs, out, what="responses", record=ResponseRecord, key=lambda job: job.turn.turn_id,
+        settings=shaping_settings(settings), description=f"respond {settings.responder}",
+        accounting=lambda: accounting_for(settings), config=lambda: _config_snapshot(settings, spec.offline, refresh),
+        produce=produce, summarise=lambda batch, fields: RespondSummary(responder=settings.responder, **fields),
+        is_done=lambda job, record: record.status == "ok" and record.responder == settings.responder
+        and record.passages == job.passage_ids,
+        refresh=refresh, also_refresh=[_trace_path(out)], progress=progress, redo_stale=redo_stale)
 
 
 def _trace_path(out: Path) -> Path:
@@ -135,18 +100,6 @@ def _config_snapshot(settings: RespondSettings, offline: bool, refresh: bool) ->
     else:
         config.update(settings.client_snapshot(refresh))
     return config
-
-
-def _summary(out: Path, settings: RespondSettings, jobs: list[ResponseJob], done: set[str],
-             writer: RecordAppender[ResponseRecord], accounting: Accounting, config: dict[str, Any], started: float,
-             final_mode: str | None) -> RespondSummary:
-    summary = RespondSummary(
-        responder=settings.responder, out=str(out), summary_path=str(summary_path_for(out)), turns=len(jobs),
-        skipped=len(done), structured=final_mode, config=config, settings=shaping_settings(settings),
-        **batch_counts(writer, accounting, started),
-    )
-    write_json(summary_path_for(out), summary.model_dump(), indent=2)
-    return summary
 
 
 @dataclass

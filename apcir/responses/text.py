@@ -16,6 +16,7 @@ import unicodedata
 from collections import Counter
 
 from apcir.contract.responses import CITATION
+from apcir.reformulation.offline import stem
 
 _SENTENCE_END = re.compile(r"[.!?]+[\"'”’)\]]*$")
 _SPLIT = re.compile(r"(?<=[.!?])[\"'”’)]*\s+(?=[\"'“‘(\[]?[A-Z0-9])|\n+")
@@ -87,16 +88,9 @@ _STOP = frozenset(
 )
 
 
-def _stem(word: str) -> str:
-    for suffix in ("ies", "ing", "ed", "es", "s"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)] + ("y" if suffix == "ies" else "")
-    return word
-
-
 def terms(text: str) -> list[str]:
     """Lower-case content words of ``text``, stop words removed, lightly stemmed."""
-    return [_stem(w) for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1]
+    return [stem(w) for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1]
 
 
 def tfidf_similarities(query: str, texts: list[str]) -> list[float]:

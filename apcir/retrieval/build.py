@@ -24,7 +24,6 @@ docs/performance.md). Every shard encodes in the precision the plan records.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -38,7 +37,7 @@ import numpy as np
 import scipy.sparse as sp
 from pydantic import BaseModel
 
-from apcir import __version__
+from apcir._version import __version__
 from apcir.console import progress as progress_bar
 from apcir.console import warn
 from apcir.contract.records import Passage
@@ -46,7 +45,7 @@ from apcir.datasets.collection import _passage as passage_from_record
 from apcir.datasets.registry import collection_path
 from apcir.datasets.store import OFFSETS, build_offsets
 from apcir.errors import ApcirError
-from apcir.io import atomic_write, check_unicode, write_json, write_text
+from apcir.io import atomic_write, json_loads, write_json, write_text
 from apcir.retrieval.encoder import (
     DEFAULT_MODEL,
     SpladeEncoder,
@@ -378,15 +377,11 @@ def _parse_line(raw: bytes, path: Path, line: int | None, where: str) -> Passage
     except UnicodeDecodeError as exc:
         _fail(f"not UTF-8 text (byte {raw[exc.start:exc.start + 1]!r})", path, line, where)
     try:
-        record: Any = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        _fail(f"malformed JSON ({exc})", path, line, where)
+        record: Any = json_loads(text, path, line)
+    except ApcirError as exc:
+        _fail(exc.message, path, line, where)
     if not isinstance(record, dict):
         _fail(f"expected a JSON object, found {type(record).__name__}", path, line, where)
-    try:
-        check_unicode(record, path, line, text)
-    except ApcirError as exc:
-        _fail(str(exc).removeprefix(f"{path}: ").removeprefix(f"{path}:{line}: "), path, line, where)
     try:
         passage = passage_from_record(record, path, line)  # type: ignore[arg-type]
     except ApcirError as exc:

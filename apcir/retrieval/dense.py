@@ -26,7 +26,7 @@ module gives cosine).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +39,7 @@ from apcir.contract.runs import ranking
 from apcir.errors import ApcirError
 from apcir.io import atomic_write, read_text, write_text
 from apcir.retrieval.embedded import check_k
-from apcir.retrieval.encoder import TextEncoder, resolve_model_location
+from apcir.retrieval.encoder import TextEncoder, encode_and_search, resolve_model_location
 from apcir.retrieval.manifest import IndexManifest
 from apcir.retrieval.precision import torch_dtype
 
@@ -54,7 +54,7 @@ QUERY_BLOCK = 256
 PASSAGE_BLOCK = 65_536
 
 
-class DenseEncoder(TextEncoder):
+class DenseEncoder(TextEncoder[np.ndarray]):
     """Batched bi-encoder embeddings (float32 rows) with the paper's truncation rules."""
 
     kind = "dense"
@@ -77,19 +77,6 @@ class DenseEncoder(TextEncoder):
         if dimension is None:
             dimension = int(self._encode(["dimension probe"], 8, "document", False, "").shape[1])
         self.dimension = int(dimension)
-
-    def encode_queries(
-        self, queries: Sequence[QueryInput], *, progress: bool = True, description: str = "encoding queries"
-    ) -> np.ndarray:
-        """Embeddings of queries, one float32 row each."""
-        texts = [self.query_text(q) for q in queries]
-        return self._encode(texts, self.query_input_length, "query", progress, description)
-
-    def encode_documents(
-        self, texts: Sequence[str], *, progress: bool = True, description: str = "encoding passages"
-    ) -> np.ndarray:
-        """Embeddings of passages cut to ``doc_max_length`` tokens, one float32 row each."""
-        return self._encode(list(texts), self.doc_max_length + 2, "document", progress, description)
 
     def _encode(self, texts: list[str], max_length: int, task: str, progress: bool, description: str) -> np.ndarray:
         import torch
@@ -262,11 +249,9 @@ class DenseIndex:
         self.vectors, self.ids = load_vectors(index_dir)
         _check_dimension(index_dir, self.vectors.shape[1], encoder)
 
-    def search(self, queries: dict[str, QueryInput] | Any, k: int = 1000, *, progress: bool = True) -> Run:
+    def search(self, queries: Mapping[str, QueryInput], k: int = 1000, *, progress: bool = True) -> Run:
         check_k(k)
-        turn_ids = list(queries)
-        vectors = self.encoder.encode_queries([queries[t] for t in turn_ids], progress=progress)
-        return self.search_vectors(turn_ids, vectors, k, progress=progress)
+        return encode_and_search(self, queries, k, progress=progress)
 
     def search_vectors(self, turn_ids: Sequence[str], vectors: Any, k: int = 1000, *, progress: bool = True) -> Run:
         check_k(k)
@@ -299,11 +284,9 @@ class FaissIndex:
         self.ids = read_docids(index_dir, int(self.index.ntotal))
         _check_dimension(index_dir, int(self.index.d), encoder)
 
-    def search(self, queries: dict[str, QueryInput] | Any, k: int = 1000, *, progress: bool = True) -> Run:
+    def search(self, queries: Mapping[str, QueryInput], k: int = 1000, *, progress: bool = True) -> Run:
         check_k(k)
-        turn_ids = list(queries)
-        vectors = self.encoder.encode_queries([queries[t] for t in turn_ids], progress=progress)
-        return self.search_vectors(turn_ids, vectors, k, progress=progress)
+        return encode_and_search(self, queries, k, progress=progress)
 
     def search_vectors(self, turn_ids: Sequence[str], vectors: Any, k: int = 1000, *, progress: bool = True) -> Run:
         check_k(k)

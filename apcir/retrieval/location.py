@@ -84,7 +84,8 @@ def parse_milvus(text: str | Path) -> MilvusLocation:
     """A ``milvus:`` location (see the module). A path given through ``pathlib`` (``milvus:/host:port/c``, one
     slash) is read as the server form unless it ends in ``.db``."""
     raw = str(text)
-    scheme, _, rest = raw.partition(":")
+    scheme = raw.split(":", 1)[0]
+    rest = raw[len(scheme) + 1:]
     transport = "http"
     if scheme.startswith(f"{SCHEME}+"):
         transport = scheme.split("+", 1)[1]

@@ -32,7 +32,6 @@ Milvus returns at most 16,384 hits per query (its ``topk`` limit).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,7 +44,8 @@ from apcir.contract.records import Run
 from apcir.contract.reformulations import QueryInput
 from apcir.contract.runs import ranking
 from apcir.errors import ApcirError
-from apcir.io import read_text, write_json
+from apcir.io import json_loads, read_text, write_json
+from apcir.retrieval.encoder import encode_and_search
 from apcir.retrieval.location import MilvusLocation, parse_milvus
 from apcir.retrieval.manifest import IndexManifest
 from apcir.retrieval.milvus_client import call, connect
@@ -127,10 +127,11 @@ def _progress(path: Path, identity: str) -> int:
     """Chunks already written into this collection (0 when the record is of another collection)."""
     if not path.exists():
         return 0
+    text = read_text(path, "Milvus build progress")
     try:
-        recorded = json.loads(read_text(path, "Milvus build progress"))
+        recorded = json_loads(text, path)
         return int(recorded["chunks"]) if recorded.get("collection") == identity else 0
-    except (ValueError, KeyError, TypeError):
+    except (ApcirError, AttributeError, KeyError, TypeError, ValueError):
         return 0
 
 
@@ -203,12 +204,7 @@ class MilvusIndex:
         self.client.close()
 
     def search(self, queries: Mapping[str, QueryInput], k: int = 1000, *, progress: bool = True) -> Run:
-        if not hasattr(self.encoder, "encode_queries"):
-            raise ApcirError("this index was built from precomputed vectors without a model: search it with "
-                             "pre-encoded queries (--query-vectors)")
-        turn_ids = list(queries)
-        vectors = self.encoder.encode_queries([queries[t] for t in turn_ids], progress=progress)
-        return self.search_vectors(turn_ids, vectors, k, progress=progress)
+        return encode_and_search(self, queries, k, progress=progress)
 
     def search_vectors(self, turn_ids: Sequence[str], vectors: Any, k: int = 1000, *, progress: bool = True) -> Run:
         """Top-k passages for already encoded queries (one row per turn)."""

@@ -17,11 +17,10 @@ dependencies (Java, FAISS, ...) load only when that backend is used.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from apcir.registry import Registry
+from apcir.registry import Registry, call_ref
 
 EncoderKind = Literal["splade", "dense"]
 
@@ -46,8 +45,7 @@ class EncoderKindSpec:
     """Model names known to be of this kind (a name not listed anywhere is taken as the first kind's)."""
 
     def make(self, model: str, **settings: Any) -> Any:
-        module, _, name = self.encoder.partition(":")
-        return getattr(importlib.import_module(module), name)(model, **settings)
+        return call_ref(self.encoder, model, **settings)
 
     @property
     def suffix(self) -> str:
@@ -82,8 +80,7 @@ class EncoderKindSpec:
 
     def stored_vectors(self, index_dir: Any) -> tuple[Any, list[str]]:
         """The passage vectors (one row per passage) and ids of an index of ``index_backend``."""
-        module, _, name = self.vectors_of.partition(":")
-        return getattr(importlib.import_module(module), name)(index_dir)
+        return call_ref(self.vectors_of, index_dir)
 
 
 ENCODER_KINDS: Registry[EncoderKindSpec] = Registry("encoder kind")
@@ -129,18 +126,16 @@ class BackendSpec:
         """The passage texts the index keeps (None: it keeps none)."""
         if self.texts is None:
             return None
-        module, _, name = self.texts.partition(":")
-        return getattr(importlib.import_module(module), name)(index_dir)
+        return call_ref(self.texts, index_dir)
 
     def call(self, which: Literal["build", "open"], *args: Any, **kwargs: Any) -> Any:
-        module, _, function = getattr(self, which).partition(":")
-        return getattr(importlib.import_module(module), function)(*args, **kwargs)
+        return call_ref(getattr(self, which), *args, **kwargs)
 
     def call_remote(self, function: Literal["prepare", "locate", "publish"], *args: Any, **kwargs: Any) -> Any:
         """Call a remote backend's ``prepare``, ``locate`` or ``publish`` (nothing for a directory backend)."""
         if self.remote is None:
             return None
-        return getattr(importlib.import_module(self.remote), function)(*args, **kwargs)
+        return call_ref(f"{self.remote}:{function}", *args, **kwargs)
 
 
 BACKENDS: Registry[BackendSpec] = Registry("retrieval backend", "apcir.backends")

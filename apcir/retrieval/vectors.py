@@ -33,7 +33,7 @@ import scipy.sparse as sp
 
 from apcir.errors import ApcirError
 from apcir.ids import check_run_id
-from apcir.io import atomic_write, check_unicode, iter_lines, write_text
+from apcir.io import atomic_write, iter_lines, json_loads, parse_json_line, write_text
 
 
 @dataclass
@@ -128,16 +128,7 @@ def read_vectors(
     for number, text in iter_lines(path, "vector collection"):
         if not text.strip():
             continue
-        try:
-            # json accepts NaN and Infinity literals; they are refused below as weights
-            obj = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ApcirError(f"not valid JSON ({exc.msg})", path=path, line=number) from None
-        except (ValueError, RecursionError) as exc:  # an integer of over 4300 digits; nesting too deep
-            raise ApcirError(f"not valid JSON ({exc})", path=path, line=number) from None
-        if not isinstance(obj, dict):
-            raise ApcirError("expected a JSON object per line", path=path, line=number)
-        check_unicode(obj, path, number, text)
+        obj = parse_json_line(text, path, number)  # NaN and Infinity are JSON to it: refused below as weights
         raw_id = obj.get("id")
         if raw_id is None:
             raise ApcirError("missing \"id\"", path=path, line=number)
@@ -279,7 +270,8 @@ class Vocabulary:
         path = folder / VOCABULARY_FILE
         if not path.exists():
             raise ApcirError(f"index built from vectors without a model lacks its {VOCABULARY_FILE}", path=folder)
-        return cls([json.loads(line) for _, line in iter_lines(path, "index vocabulary") if line.strip()])
+        return cls([json_loads(line, path, number) for number, line in iter_lines(path, "index vocabulary")
+                    if line.strip()])
 
 
 def describe_unknown(stats: VectorStats, limit: int = 5) -> str:

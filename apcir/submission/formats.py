@@ -16,7 +16,6 @@ file is one of its own (:meth:`FormatSpec.detect`) and takes the surest
 
 from __future__ import annotations
 
-import importlib
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from apcir.errors import ApcirError
-from apcir.registry import Registry
+from apcir.registry import Registry, call_ref
 
 
 @dataclass(frozen=True)
@@ -46,8 +45,7 @@ class FormatSpec:
     """What the organisers' validator of this year reads, said when the topics are of another year."""
 
     def call(self, which: Literal["build", "check", "sniff"], *args: Any) -> Any:
-        module, _, function = getattr(self, which).partition(":")
-        return getattr(importlib.import_module(module), function)(*args)
+        return call_ref(getattr(self, which), *args)
 
     def detect(self, sample: Sample) -> float:
         """How sure this format is that ``sample`` is one of its files: 0 (not its file) to 1 (its own marker).

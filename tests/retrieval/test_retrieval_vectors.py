@@ -68,12 +68,12 @@ def test_given_vocabulary_counts_unknown_tokens(tmp_path):
         ('{"id": "", "vector": {"x": 1}}', "passage id '' is empty"),
         ('{"id": null, "vector": {"x": 1}}', "missing \"id\""),
         ('{"id": [1], "vector": {"x": 1}}', "neither a string nor an integer"),
-        ('{"id": "a", "vector": {"x": 1' + "0" * 5000 + '}}', "not valid JSON"),
-        ("[" * 100_000 + "]" * 100_000, "not valid JSON"),
+        ('{"id": "a", "vector": {"x": 1' + "0" * 5000 + '}}', "malformed JSON"),
+        ("[" * 100_000 + "]" * 100_000, "malformed JSON"),
         ('{"id": "a"}', "missing \"vector\""),
         ('{"vector": {"x": 1}}', "missing \"id\""),
         ('[1, 2]', "JSON object"),
-        ('{"id": "a", "vector": {"x": 1}', "not valid JSON"),
+        ('{"id": "a", "vector": {"x": 1}', "malformed JSON"),
     ],
 )
 def test_bad_lines_name_file_and_line(tmp_path, line, message):
