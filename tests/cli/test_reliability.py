@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from fake_openai import FakeOpenAI, Reply
@@ -132,7 +133,9 @@ def test_a_full_disk_keeps_the_tuned_weights_on_stdout(run_cli, fusion_files, mo
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(apcir.io.os, "replace", full)
+    # the disk is full for apcir's writes only: patching os.replace itself would also fail numba's first write of
+    # its kernel cache (a fresh clone has none), before the search has a result to keep
+    monkeypatch.setattr(apcir.io, "os", SimpleNamespace(**{**vars(os), "replace": full}))
     code, out, err = run_cli("tune", "--runs", *paths, "--levels", str(tmp / "levels.tsv"), "--qrels",
                              str(tmp / "qrels.txt"), "--step", "0.1", "--out", str(tmp / "w.json"))
     one_line_error(code, err, "No space left on device")
