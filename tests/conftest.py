@@ -13,6 +13,12 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # exported by the caller (a CI runner's 80) would wrap the long tmp paths of pytest-xdist workers mid-word.
 for _name in ("COLUMNS", "LINES"):
     os.environ.pop(_name, None)
+# Two workers share two cores: each CPU-bound helper (llama.cpp's server, torch in a re-ranker) gets one thread.
+# llama.cpp's threads spin while they wait for each other, so two of them beside a busy worker crawl (a
+# reformulation: 211 s with 2 threads, 26 s with 1; apcir.llm.local_server.default_threads).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("APCIR_THREADS", "1")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # torch's default, here and in the commands the tests start
 
 
 @pytest.fixture

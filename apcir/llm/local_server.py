@@ -65,6 +65,15 @@ def server_available() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in ("llama_cpp", "uvicorn", "sse_starlette"))
 
 
+def default_threads() -> int:
+    """The server's CPU threads: ``APCIR_THREADS`` when set, else 2.
+
+    llama.cpp's threads wait for each other by spinning, so a server with more threads than the cores left free
+    crawls: on 2 cores with one busy process beside it, a reformulation took 211 s with 2 threads and 26 s with 1
+    (measured in this repository). Set ``APCIR_THREADS=1`` where the machine is shared (the test suite does)."""
+    return int(os.environ.get("APCIR_THREADS") or 0) or 2
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((HOST, 0))
@@ -74,7 +83,7 @@ def _free_port() -> int:
 class LocalServer:
     """llama.cpp's OpenAI-compatible server on a free loopback port; a context manager."""
 
-    def __init__(self, model: str | Path | None = None, *, n_ctx: int = 4096, threads: int = 2,
+    def __init__(self, model: str | Path | None = None, *, n_ctx: int = 4096, threads: int | None = None,
                  parallel_requests: int = 1, start_timeout: float = 120.0, log: Path | None = None,
                  chat_format: str | None = None) -> None:
         if not server_available():
@@ -82,7 +91,7 @@ class LocalServer:
                              "setup builds it; see docs/guide/reformulation.md, Local models)")
         self.model = resolve_model(model)
         self.n_ctx = n_ctx
-        self.threads = threads
+        self.threads = threads or default_threads()
         self.parallel_requests = parallel_requests
         self.start_timeout = start_timeout
         self.chat_format = chat_format
@@ -184,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
                                      description="Run COMMAND with OPENAI_BASE_URL set to a local llama.cpp server.")
     parser.add_argument("--model", default="smollm2", help="a GGUF file, or smollm2 (the packaged model)")
     parser.add_argument("--n-ctx", type=int, default=4096, help="context window in tokens (default 4096)")
-    parser.add_argument("--threads", type=int, default=2, help="CPU threads (default 2)")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default $APCIR_THREADS, else 2)")
     options = parser.parse_args(args)
     if not command:
         parser.error("give the command to run after --")

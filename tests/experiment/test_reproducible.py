@@ -3,11 +3,10 @@
 apart from the files that exist to record times and machines (:data:`apcir.contract.layout.VOLATILE_FILES`).
 
 Every command runs as a separate process with its own ``PYTHONHASHSEED``, so an output that depends on the order a
-set or dict of strings happens to have in one process differs here. The demo runs twice in all: once uninterrupted
-(shared by both tests) and once killed and resumed, each in a folder of its own where ``indexes/`` links to one
-shared index (the demo config's relative index and ``-o run`` make the two runs' ``config.json`` alike).
+set or dict of strings happens to have in one process differs here. The uninterrupted run is the suite's shared
+demo run (tests/shared.py: ``apcir run demo`` in a process of its own); the killed and resumed one runs the same
+command in a folder whose ``indexes/`` links to the shared run's index (so the two runs' ``config.json`` are alike).
 """
-
 from __future__ import annotations
 
 import json
@@ -23,6 +22,7 @@ import pytest
 
 import apcir as apcir_package
 from apcir.contract.layout import RunLayout, is_volatile
+from shared import DEMO_INDEX, DEMO_RUN
 
 pytestmark = pytest.mark.slow
 PATIENCE = 1800.0  # seconds one run may take on a loaded 2-core machine
@@ -45,7 +45,7 @@ def workdir(root: Path, name: str, index: Path) -> Path:
 
 
 def run_demo(cwd: Path, seed: int) -> None:
-    done = subprocess.run(apcir("run", "demo", "-o", "run", "--no-progress"), cwd=cwd,
+    done = subprocess.run(apcir("run", "demo", "--no-progress"), cwd=cwd,
                           env=environment(seed), capture_output=True, text=True, timeout=PATIENCE)
     assert done.returncode == 0, done.stderr[-3000:]
 
@@ -61,24 +61,12 @@ def differences(a: Path, b: Path) -> list[str]:
     return sorted({name for name in left.keys() | right.keys() if left.get(name) != right.get(name)})
 
 
-@pytest.fixture(scope="session")
-def demo_reference(tmp_path_factory) -> tuple[Path, Path]:
-    """``apcir run demo`` uninterrupted; returns (the folder it ran in, the shared index folder)."""
-    root = tmp_path_factory.mktemp("reproducible")
-    index = root / "indexes"
-    index.mkdir()
-    reference = workdir(root, "reference", index)
-    run_demo(reference, seed=1)
-    return reference, index
-
-
-def test_two_reports_on_one_run_directory_are_the_same_bytes(demo_reference):
-    reference, _ = demo_reference
+def test_two_reports_on_one_run_directory_are_the_same_bytes(demo, tmp_path):
     for n, seed in ((1, 11), (2, 12)):
-        done = subprocess.run(apcir("report", "run", "-o", f"report-{n}"), cwd=reference,
+        done = subprocess.run(apcir("report", str(demo.run_dir), "-o", f"report-{n}"), cwd=tmp_path,
                               env=environment(seed), capture_output=True, text=True, timeout=PATIENCE)
         assert done.returncode == 0, done.stderr
-    first, second, by_run = reference / "report-1", reference / "report-2", reference / "run" / "report"
+    first, second, by_run = tmp_path / "report-1", tmp_path / "report-2", demo.run_dir / "report"
     written = contents(first)
     assert {"report.md", "demo-levels-ci.pdf", "demo-weight-landscape.pdf", "demo-levels-ci.png",
             "tables/table-overall.csv"} <= set(written)
@@ -88,22 +76,22 @@ def test_two_reports_on_one_run_directory_are_the_same_bytes(demo_reference):
     for name, data in written.items():
         if name.endswith(".pdf"):
             assert b"/CreationDate" not in data, name
-    text = "".join(data.decode("latin-1") for data in written.values()) + (reference / "run" / "inspect.html").read_text()
-    for folder in (reference, Path(apcir_package.__file__).parents[1]):  # no absolute path inside
+    text = "".join(data.decode("latin-1") for data in written.values()) + (demo.run_dir / "inspect.html").read_text()
+    for folder in (demo.root, tmp_path, Path(apcir_package.__file__).parents[1]):  # no absolute path inside
         assert str(folder) not in text
 
 
 def kill_during(cwd: Path, seed: int, stage: str, ready: Callable[[Path], bool] = lambda run: True) -> None:
     """Start the demo in ``cwd`` and SIGKILL it once ``stage`` has begun (the stage ledger says it is unfinished)
     and ``ready(run_dir)`` holds."""
-    ledger = RunLayout(cwd / "run").stages
+    ledger = RunLayout(cwd / DEMO_RUN).stages
     with (cwd / f"killed-at-{stage}.log").open("w") as log:
-        process = subprocess.Popen(apcir("run", "demo", "-o", "run", "--no-progress"), cwd=cwd,
+        process = subprocess.Popen(apcir("run", "demo", "--no-progress"), cwd=cwd,
                                    env=environment(seed), stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
         deadline = time.monotonic() + PATIENCE
         try:
-            while not (started(ledger, stage) and ready(cwd / "run")):
+            while not (started(ledger, stage) and ready(cwd / DEMO_RUN)):
                 assert process.poll() is None, f"the run ended before it was inside {stage}"
                 assert time.monotonic() < deadline, f"{stage} did not begin in {PATIENCE:.0f} s"
                 time.sleep(0.02)
@@ -122,15 +110,14 @@ def started(ledger: Path, stage: str) -> bool:
     return entry is not None and not entry["finished"]
 
 
-def test_a_run_killed_at_three_stages_then_resumed_equals_an_uninterrupted_one(demo_reference):
-    reference, index = demo_reference
-    resumed = workdir(reference.parent, "resumed", index)
+def test_a_run_killed_at_three_stages_then_resumed_equals_an_uninterrupted_one(demo, tmp_path):
+    resumed = workdir(tmp_path, "resumed", demo.root / DEMO_INDEX.parent)
     # retrieve: once one of its three lists is on disk and the others are not
     kill_during(resumed, 2, "retrieve", lambda run: RunLayout(run).list_run("rewrite").exists())
     kill_during(resumed, 3, "fuse")
     kill_during(resumed, 4, "evaluate")
     run_demo(resumed, seed=5)
-    assert differences(reference / "run", resumed / "run") == []
-    made = set(contents(resumed / "run"))
+    assert differences(demo.run_dir, resumed / DEMO_RUN) == []
+    made = set(contents(resumed / DEMO_RUN))
     assert {"fused.run", "responses.jsonl", "submission.json", "metrics.json", "inspect.html", "report/report.md",
             "report/demo-weight-landscape.pdf", "lists/third.qvec.npz", "systems/apcir.run.gz"} <= made

@@ -51,8 +51,9 @@ def test_the_ptkb_ranker_can_use_minilm():
 
 
 @pytest.mark.slow
-def test_the_demo_grid_gets_a_real_dense_row(tmp_path, monkeypatch, run_cli):
-    """``demo-minilm`` (the bundled config) beside ``demo``: the report's retriever grid has a dense MiniLM row."""
+def test_the_demo_grid_gets_a_real_dense_row(demo, tmp_path, monkeypatch, run_cli):
+    """``demo-minilm`` (the bundled config) beside ``demo``: the report's retriever grid has a dense MiniLM row.
+    The SPLADE side reads the shared demo run's index (tests/shared.py); the dense index is built here."""
     from apcir import datasets
     from apcir.experiment.config import load_config, resolve_config_path, validate_config
     from apcir.experiment.pipeline import run_experiment
@@ -68,6 +69,8 @@ def test_the_demo_grid_gets_a_real_dense_row(tmp_path, monkeypatch, run_cli):
         data["turns"] = turns
         data["fusion"]["baselines"] = ["equal"]
         data["fusion"]["weights"] = {"source": "cv", "folds": 2, "step": 0.1}
+        if name == "demo":
+            data["retrieval"]["index"] = str(demo.index)
         report = run_experiment(validate_config(data, path), progress=False)
         assert report.metrics is not None
         dirs.append(report.run_dir)
