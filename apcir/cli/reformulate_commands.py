@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from apcir import datasets
-from apcir.cli.common import console, llm_options, llm_values, print_batch_summary, print_json, settings
+from apcir.cli.common import console, finish_batch, llm_options, llm_values, print_batch_summary, print_json, settings
 from apcir.console import rule
 from apcir.errors import ApcirError
 from apcir.io import refuse_inputs_as_outputs
@@ -79,12 +79,7 @@ def reformulate_command(
     refuse_inputs_as_outputs([out], [topics, judged_only, source_file(method), given.get("prices"), given.get("cache_dir")])
     selected = datasets.select_turns(topics, turns, judged_only)
     summary = reformulate(selected, options, out, refresh=refresh, progress=not no_progress)
-    if as_json:
-        print_json(summary.model_dump())
-    else:
-        print_summary(summary)
-    if summary.failed:
-        raise typer.Exit(1)
+    finish_batch(summary, as_json, print_summary)
 
 
 def _given(prompt: PromptOptions) -> PromptOptions | None:
