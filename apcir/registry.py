@@ -217,15 +217,21 @@ class InRegistry:
     """The one annotated type for "a name registered in ``registry``": ``Annotated[str, InRegistry(RERANKERS)]``
     refuses (a pydantic error on the field) a name the registry does not have, with the closest names, as
     :meth:`Registry.validate` does; ``open_ended`` registries (a responder's other names are models') refuse only
-    a near miss (:meth:`Registry.near_miss`, ``usages`` as it takes them)."""
+    a near miss (:meth:`Registry.near_miss`, ``usages`` as it takes them). With ``blank`` (the message refusing an
+    empty name), the name is stripped first."""
 
     def __init__(self, registry: Registry[Any], *, open_ended: bool = False,
-                 usages: Callable[[], Iterable[str]] | None = None) -> None:
+                 usages: Callable[[], Iterable[str]] | None = None, blank: str | None = None) -> None:
         self.registry = registry
         self.open_ended = open_ended
         self.usages = usages
+        self.blank = blank
 
     def check(self, name: str) -> str:
+        if self.blank is not None:
+            if not name.strip():
+                raise ValueError(self.blank)
+            name = name.strip()
         if not self.open_ended:
             return self.registry.validate(name)
         problem = self.registry.near_miss(name, self.usages() if self.usages is not None else None)

@@ -9,6 +9,8 @@ code says (``make docs`` and the tests run it).
 
 from __future__ import annotations
 
+import functools
+import operator
 import sys
 import typing
 from pathlib import Path
@@ -68,7 +70,18 @@ def cli_reference() -> str:
 
 
 # ---- the run config -----------------------------------------------------------------------------
+def _without_validators(annotation: Any) -> Any:
+    """A union's members without their ``Annotated`` validators: ``Annotated[str, InRegistry(...)] | None`` is shown
+    as ``str | None`` (pydantic strips them from a field's own annotation, not from a union's members)."""
+    args = typing.get_args(annotation)
+    if not any(typing.get_origin(a) is typing.Annotated for a in args):
+        return annotation
+    return functools.reduce(operator.or_, [typing.get_args(a)[0] if typing.get_origin(a) is typing.Annotated else a
+                                           for a in args])
+
+
 def _type_name(annotation: Any) -> str:
+    annotation = _without_validators(annotation)
     text = repr(annotation) if not isinstance(annotation, type) else annotation.__name__
     return text.replace("typing.", "").replace("NoneType", "None").replace("apcir.", "")
 

@@ -23,6 +23,7 @@ from apcir.llm.settings import LLMSettings
 __all__ = ["console", "err_console", "llm_options", "llm_values", "means_table", "print_json", "settings"]
 
 M = TypeVar("M", bound=BaseModel)
+S = TypeVar("S", bound=BatchSummary)
 
 
 def print_json(data: Any) -> None:
@@ -43,6 +44,18 @@ def means_table(title: str, measures: dict[str, float], n: int | None = None) ->
     if n is not None:
         table.add_section()
         table.add_row("n", str(n))
+    return table
+
+
+def measure_columns(title: str, label: str, measures: Sequence[str], *, n: bool = True) -> Table:
+    """An empty table of one row per system (or run): its ``label`` column, a right-aligned column per measure and,
+    with ``n``, the judged turns each mean is over."""
+    table = Table(title=title)
+    table.add_column(label)
+    for measure in measures:
+        table.add_column(measure, justify="right")
+    if n:
+        table.add_column("n", justify="right")
     return table
 
 
@@ -113,6 +126,17 @@ def print_batch_summary(summary: BatchSummary, title: str, extra: Sequence[tuple
             highlight=False,
         )
     console.print(f"summary: {summary.summary_path}", highlight=False)
+
+
+def finish_batch(summary: S, as_json: bool, print_summary: Callable[[S], None]) -> None:
+    """How a record-writing command (reformulate, respond) ends: its summary as JSON or as ``print_summary``'s
+    tables, then exit status 1 when some turns failed (a re-run asks them again)."""
+    if as_json:
+        print_json(summary.model_dump())
+    else:
+        print_summary(summary)
+    if summary.failed:
+        raise typer.Exit(1)
 
 
 # ---- the LLM options, one definition for every command that asks a model ------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import typer
@@ -9,40 +10,34 @@ from rich.table import Table
 
 from apcir import datasets
 from apcir.cli.common import console, print_json
+from apcir.datasets.registry import BundledDataset
+
+
+def _rows(entries: Mapping[str, BundledDataset], counts: Callable[[str], dict[str, int]]) -> list[dict[str, Any]]:
+    """One row per bundled dataset: its name, description, ``counts(name)`` and source."""
+    return [{"name": name, "description": info.description, **counts(name), "source": info.source}
+            for name, info in entries.items()]
+
+
+def _topic_counts(name: str) -> dict[str, int]:
+    turns = datasets.topics(name)
+    return {"conversations": len({t.conversation_id for t in turns}), "turns": len(turns)}
+
+
+def _qrels_counts(name: str) -> dict[str, int]:
+    judged = datasets.qrels(name)
+    return {"judged_turns": len(judged), "judgements": sum(len(v) for v in judged.values())}
+
+
+def _collection_counts(name: str) -> dict[str, int]:
+    return {"passages": sum(1 for _ in datasets.iter_collection(datasets.collection_path(name)))}
 
 
 def dataset_summary() -> dict[str, Any]:
     """Counts for every bundled topic set, qrels file and collection."""
-    topic_rows = []
-    for name, info in datasets.TOPICS.items():
-        turns = datasets.topics(name)
-        topic_rows.append(
-            {
-                "name": name,
-                "description": info.description,
-                "conversations": len({t.conversation_id for t in turns}),
-                "turns": len(turns),
-                "source": info.source,
-            }
-        )
-    qrels_rows = []
-    for name, info in datasets.QRELS.items():
-        judged = datasets.qrels(name)
-        qrels_rows.append(
-            {
-                "name": name,
-                "description": info.description,
-                "judged_turns": len(judged),
-                "judgements": sum(len(v) for v in judged.values()),
-                "source": info.source,
-            }
-        )
-    collection_rows = []
-    for name, info in datasets.COLLECTIONS.items():
-        count = sum(1 for _ in datasets.iter_collection(datasets.collection_path(name)))
-        collection_rows.append(
-            {"name": name, "description": info.description, "passages": count, "source": info.source}
-        )
+    topic_rows = _rows(datasets.TOPICS, _topic_counts)
+    qrels_rows = _rows(datasets.QRELS, _qrels_counts)
+    collection_rows = _rows(datasets.COLLECTIONS, _collection_counts)
     judgement_rows = [{"name": name, "kind": kind, "description": info.description, "source": info.source}
                       for kind, entries in (("nuggets (--nuggets)", datasets.NUGGETS),
                                             ("responses of runs", datasets.RESPONSE_RUNS),

@@ -10,7 +10,17 @@ from rich.markup import escape
 from rich.table import Table
 
 from apcir import datasets
-from apcir.cli.common import checked, console, err_console, llm_options, llm_values, means_table, print_json, settings
+from apcir.cli.common import (
+    checked,
+    console,
+    err_console,
+    llm_options,
+    llm_values,
+    means_table,
+    measure_columns,
+    print_json,
+    settings,
+)
 from apcir.contract.responses import load_responses
 from apcir.contract.runs import read_run_file
 from apcir.errors import ApcirError
@@ -126,12 +136,9 @@ def _tests_table(comparison) -> Table:  # type: ignore[no-untyped-def]
 
 def _comparison_table(comparison, qrels: str, tuned: set[str]) -> Table:  # type: ignore[no-untyped-def]
     others = len(comparison.evaluations) - 1
-    table = Table(title=f"runs vs {qrels} (x100; n: judged turns averaged); † / ↓: significantly better / worse "
-                        f"than {comparison.baseline} ({comparison.significance.caption(others)})")
-    table.add_column("run")
-    for name in comparison.measures:
-        table.add_column(name, justify="right")
-    table.add_column("n", justify="right")
+    table = measure_columns(f"runs vs {qrels} (x100; n: judged turns averaged); † / ↓: significantly better / worse "
+                            f"than {comparison.baseline} ({comparison.significance.caption(others)})", "run",
+                            comparison.measures)
     marks = {(t.system, t.measure): t for t in comparison.tests}
     for label, result in comparison.evaluations.items():
         cells = []

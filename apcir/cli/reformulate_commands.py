@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import statistics
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 import typer
 from rich.table import Table
 
 from apcir import datasets
-from apcir.cli.common import console, llm_options, llm_values, print_batch_summary, print_json, settings
+from apcir.cli.common import console, finish_batch, llm_options, llm_values, print_batch_summary, print_json, settings
 from apcir.console import rule
 from apcir.errors import ApcirError
 from apcir.io import refuse_inputs_as_outputs
@@ -29,6 +32,15 @@ _RESPONSE_CHARS = typer.Option(
 )
 
 
+_SWITCHES: list[tuple[str, Any, Any]] = [
+    ("no_cot", bool, _NO_COT), ("no_level_examples", bool, _NO_EXAMPLES), ("demonstrations", int, _DEMOS),
+    ("no_demonstrations", bool, _NO_DEMOS), ("history_turns", int, _HISTORY),
+    ("history_response_chars", int, _RESPONSE_CHARS),
+]
+_PROMPT: Any = None
+"""The default of a command's ``switches`` parameter, which :func:`prompt_switches` replaces by the switches."""
+
+
 def prompt_options(
     no_cot: bool, no_level_examples: bool, demonstrations: int, no_demonstrations: bool,
     history_turns: int | None, response_chars: int | None,
@@ -44,7 +56,32 @@ def prompt_options(
     )
 
 
+def prompt_switches(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Give a command the prompt switches (--no-cot ... --history-response-chars, one definition for reformulate and
+    prompt) where its ``switches`` parameter stands, which receives them as :class:`PromptOptions` (:func:`prompt_options`)."""
+    hints = get_type_hints(command)
+    signature = inspect.signature(command)
+    params: list[inspect.Parameter] = []
+    for param in signature.parameters.values():
+        if param.name == "switches":
+            params += [inspect.Parameter(name, param.kind, default=info, annotation=annotation)
+                       for name, annotation, info in _SWITCHES]
+        else:
+            params.append(param.replace(annotation=hints.get(param.name, param.annotation)))
+
+    @functools.wraps(command)
+    def wrapper(**values: Any) -> Any:
+        switches = [values.pop(name) for name, _, _ in _SWITCHES]
+        return command(**values, switches=prompt_options(*switches))
+
+    wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in params} | {"return": hints.get("return")}
+    del wrapper.__wrapped__  # typer must read the new signature, not the command's
+    return wrapper
+
+
 @llm_options()
+@prompt_switches
 def reformulate_command(
     topics: str = typer.Option(..., "--topics", "-t", help="Bundled topics (ikat23-test, ...) or a topic file."),
     method: str = typer.Option(..., "--method", "--llm", "-m", help=f"Who reformulates: {usage_help()}."),
@@ -54,12 +91,7 @@ def reformulate_command(
     refresh: bool = typer.Option(
         False, "--refresh", help="Start over: ignore the output's records and cached answers (the cache is updated)."
     ),
-    no_cot: bool = _NO_COT,
-    no_level_examples: bool = _NO_EXAMPLES,
-    demonstrations: int = _DEMOS,
-    no_demonstrations: bool = _NO_DEMOS,
-    history_turns: int = _HISTORY,
-    history_response_chars: int = _RESPONSE_CHARS,
+    switches: PromptOptions = _PROMPT,
     field_map: list[str] = typer.Option(
         None, "--map", help="file:PATH only: apcir_field=file_field pairs, e.g. rewrite=rar_rw,response=rar_rs."
     ),
@@ -72,19 +104,12 @@ def reformulate_command(
 ) -> None:
     """Personalisation level and three reformulations per turn, one JSONL record per turn."""
     given = llm or {}
-    prompt = prompt_options(no_cot, no_level_examples, demonstrations, no_demonstrations, history_turns,
-                            history_response_chars)
-    options = settings(ReformulatorOptions, method=method, **llm_values(given), prompt=_given(prompt),
+    options = settings(ReformulatorOptions, method=method, **llm_values(given), prompt=_given(switches),
                        map=parse_map(field_map) or None, level_fallback=level_fallback)
     refuse_inputs_as_outputs([out], [topics, judged_only, source_file(method), given.get("prices"), given.get("cache_dir")])
     selected = datasets.select_turns(topics, turns, judged_only)
     summary = reformulate(selected, options, out, refresh=refresh, progress=not no_progress)
-    if as_json:
-        print_json(summary.model_dump())
-    else:
-        print_summary(summary)
-    if summary.failed:
-        raise typer.Exit(1)
+    finish_batch(summary, as_json, print_summary)
 
 
 def _given(prompt: PromptOptions) -> PromptOptions | None:
@@ -103,26 +128,20 @@ def print_summary(summary: ReformulateSummary) -> None:
     print_batch_summary(summary, f"reformulate {summary.model}", rows)
 
 
+@prompt_switches
 def prompt_command(
     topics: str = typer.Option(..., "--topics", "-t", help="Bundled topics or a topic file."),
     turn: str = typer.Option(None, "--turn", help="Print the messages of this turn."),
     stats: bool = typer.Option(False, "--stats", help="Prompt size over all turns (characters, estimated tokens)."),
-    no_cot: bool = _NO_COT,
-    no_level_examples: bool = _NO_EXAMPLES,
-    demonstrations: int = _DEMOS,
-    no_demonstrations: bool = _NO_DEMOS,
-    history_turns: int = _HISTORY,
-    history_response_chars: int = _RESPONSE_CHARS,
+    switches: PromptOptions = _PROMPT,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Show the prompt a turn gets, or the prompt size per turn (no request is sent)."""
-    options = prompt_options(no_cot, no_level_examples, demonstrations, no_demonstrations, history_turns,
-                             history_response_chars)
     if (turn is None) == (not stats):
         raise ApcirError("give either --turn TURN_ID or --stats")
     if turn is not None:
         (selected,) = datasets.select_turns(topics, [turn])
-        prompt = build_prompt(selected, options)
+        prompt = build_prompt(selected, switches)
         if as_json:
             print_json({"turn_id": prompt.turn_id, "prompt_hash": prompt.hash,
                         "demonstrations": prompt.demonstrations, "messages": prompt.messages})
@@ -139,7 +158,7 @@ def prompt_command(
         return
     sizes = []
     for item in datasets.topics(topics):
-        prompt = build_prompt(item, options)
+        prompt = build_prompt(item, switches)
         sizes.append((prompt.characters, estimate_tokens("".join(m["content"] for m in prompt.messages))))
     tokens = [t for _, t in sizes]
     chars = [c for c, _ in sizes]

@@ -8,7 +8,15 @@ from typing import Any
 import typer
 
 from apcir import datasets
-from apcir.cli.common import checked, console, llm_options, llm_values, print_batch_summary, print_json, settings
+from apcir.cli.common import (
+    checked,
+    console,
+    finish_batch,
+    llm_options,
+    llm_values,
+    print_batch_summary,
+    settings,
+)
 from apcir.contract.reformulations import load_reformulations, reformulation_statements, warn_unknown_statements
 from apcir.contract.runs import read_run_file
 from apcir.errors import ApcirError
@@ -154,12 +162,7 @@ def respond_command(
         summary_trace = trace_path(out)
         if not as_json:
             console.print(f"pathways trace: {summary_trace}", highlight=False)
-    if as_json:
-        print_json(summary.model_dump())
-    else:
-        print_summary(summary)
-    if summary.failed:
-        raise typer.Exit(1)
+    finish_batch(summary, as_json, print_summary)
 
 
 def print_summary(summary: RespondSummary) -> None:

@@ -6,7 +6,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from apcir.cli.common import console, field_help, field_minimum
+from apcir.cli.common import console, field_help, field_minimum, measure_columns
 from apcir.cli.eval_commands import response_table
 from apcir.evaluation.results import RunMetrics
 from apcir.experiment.config import load_config, resolve_config_path, validate_config, with_overrides
@@ -21,12 +21,8 @@ def comparison_table(metrics: RunMetrics) -> Table:
     from apcir.evaluation.display import systems_table
 
     shown = systems_table(metrics)
-    table = Table(title=f"{metrics.name}: {metrics.topics} vs {metrics.qrels} (weights: {metrics.protocol}); "
-                        f"{shown.caption}")
-    table.add_column("system")
-    for measure in metrics.measures:
-        table.add_column(measure, justify="right")
-    table.add_column("n", justify="right")
+    table = measure_columns(f"{metrics.name}: {metrics.topics} vs {metrics.qrels} (weights: {metrics.protocol}); "
+                            f"{shown.caption}", "system", metrics.measures)
     for row in shown.rows:
         table.add_row(escape(row.label), *(row.cell(m) for m in metrics.measures), str(row.n))
     return table
@@ -36,10 +32,7 @@ def ptkb_table(metrics: RunMetrics) -> Table:
     """The PTKB statement rankings against the PTKB qrels (x100)."""
     assert metrics.ptkb is not None
     ptkb = metrics.ptkb
-    table = Table(title=f"PTKB statement ranking vs {ptkb.qrels}")
-    table.add_column("ranking")
-    for measure in ptkb.measures:
-        table.add_column(measure, justify="right")
+    table = measure_columns(f"PTKB statement ranking vs {ptkb.qrels}", "ranking", ptkb.measures, n=False)
     for result in ptkb.systems.values():
         table.add_row(escape(result.label), *(f"{100 * result.means[m]:.1f}" for m in ptkb.measures))
     return table

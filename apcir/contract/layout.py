@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import overload
 
 from apcir.contract.fusion import FusionRecord
 from apcir.contract.reformulations import LIST_NAMES
@@ -47,6 +48,26 @@ def is_volatile(path: Path) -> bool:
     return any(fnmatchcase(Path(path).name, pattern) for pattern in VOLATILE_FILES)
 
 
+class InRun:
+    """A file or folder of a run directory by its fixed name, read like a property: with ``weights =
+    InRun("weights.json")`` in :class:`RunLayout`, ``layout.weights`` is ``layout.root / "weights.json"``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, layout: None, owner: type | None = None) -> InRun: ...
+
+    @overload
+    def __get__(self, layout: RunLayout, owner: type | None = None) -> Path: ...
+
+    def __get__(self, layout: RunLayout | None, owner: type | None = None) -> Path | InRun:
+        return self if layout is None else layout.root / self.name
+
+    def __set__(self, layout: RunLayout, value: Path) -> None:
+        raise AttributeError(f"{self.name}: a run directory's paths follow from its root")
+
+
 @dataclass(frozen=True)
 class RunLayout:
     """The paths of one run directory (``runs/<name>/`` by default)."""
@@ -57,47 +78,20 @@ class RunLayout:
         object.__setattr__(self, "root", Path(self.root))
 
     # ---- what the experiment was ----------------------------------------------------------
-    @property
-    def config(self) -> Path:
-        return self.root / "config.json"
-
-    @property
-    def environment(self) -> Path:
-        return self.root / "environment.json"
-
-    @property
-    def stages(self) -> Path:
-        return self.root / "stages.json"
-
-    @property
-    def timings(self) -> Path:
-        return self.root / "timings.json"
-
-    @property
-    def lock(self) -> Path:
-        return self.root / ".apcir.lock"
+    config = InRun("config.json")
+    environment = InRun("environment.json")
+    stages = InRun("stages.json")
+    timings = InRun("timings.json")
+    lock = InRun(".apcir.lock")
 
     # ---- reformulation and retrieval --------------------------------------------------------
-    @property
-    def reformulations(self) -> Path:
-        return self.root / "reformulations.jsonl"
+    reformulations = InRun("reformulations.jsonl")
+    manual_reformulations = InRun("reformulations-manual.jsonl")
+    levels = InRun("levels.tsv")
+    annotator_levels = InRun("levels-annotators.tsv")
+    """The oracle levels of ``[fusion] levels = "annotators"`` (the topics' PTKB provenance)."""
 
-    @property
-    def manual_reformulations(self) -> Path:
-        return self.root / "reformulations-manual.jsonl"
-
-    @property
-    def levels(self) -> Path:
-        return self.root / "levels.tsv"
-
-    @property
-    def annotator_levels(self) -> Path:
-        """The oracle levels of ``[fusion] levels = "annotators"`` (the topics' PTKB provenance)."""
-        return self.root / "levels-annotators.tsv"
-
-    @property
-    def lists_dir(self) -> Path:
-        return self.root / "lists"
+    lists_dir = InRun("lists")
 
     def list_run(self, name: str) -> Path:
         """``lists/<name>.run.gz``: rewrite, rewrite_response, third (the fused lists) or manual."""
@@ -116,27 +110,17 @@ class RunLayout:
         """Where the query vectors of a list's run are kept (``lists/third.run.gz`` -> ``lists/third.qvec.npz``)."""
         return run_path.with_name(f"{run_stem(run_path)}.qvec.npz")
 
-    @property
-    def tune_dir(self) -> Path:
-        """The tuning leg (weights source ``tune``): its reformulations, lists and weights."""
-        return self.root / "tune"
+    tune_dir = InRun("tune")
+    """The tuning leg (weights source ``tune``): its reformulations, lists and weights."""
 
     def tuned_weights(self, variant: str | None) -> Path:
         """The tuning leg's weights of the primary system (``variant`` None) or of another tuned system."""
         return self.tune_dir / ("weights.json" if variant is None else f"weights-{variant}.json")
 
     # ---- fusion and re-ranking ----------------------------------------------------------------
-    @property
-    def weights(self) -> Path:
-        return self.root / "weights.json"
-
-    @property
-    def weights_folds(self) -> Path:
-        return self.root / "weights-folds.json"
-
-    @property
-    def systems_dir(self) -> Path:
-        return self.root / "systems"
+    weights = InRun("weights.json")
+    weights_folds = InRun("weights-folds.json")
+    systems_dir = InRun("systems")
 
     def system(self, name: str) -> Path:
         """``systems/<name>.run.gz`` (a re-ranked one is ``<system>+<re-ranker>``): where fusion writes a system."""
@@ -166,36 +150,22 @@ class RunLayout:
         """What fusion built and how the weights were obtained (:class:`apcir.contract.fusion.FusionRecord`)."""
         return self.systems_dir / "fusion.json"
 
-    @property
-    def fused(self) -> Path:
-        return self.root / "fused.run"
+    fused = InRun("fused.run")
 
     def reranked_fused(self, key: str) -> Path:
         return self.root / f"fused+{key}.run"
 
     # ---- responses, submission, evaluation ----------------------------------------------------
-    @property
-    def ptkb_run(self) -> Path:
-        return self.root / "ptkb.run"
+    ptkb_run = InRun("ptkb.run")
 
     def ptkb_baseline(self, name: str) -> Path:
         return self.root / "ptkb" / f"{name}.run"
 
-    @property
-    def responses(self) -> Path:
-        return self.root / "responses.jsonl"
+    responses = InRun("responses.jsonl")
 
     def submission(self, suffix: str) -> Path:
         return self.root / f"submission{suffix}"
 
-    @property
-    def metrics(self) -> Path:
-        return self.root / "metrics.json"
-
-    @property
-    def report_dir(self) -> Path:
-        return self.root / "report"
-
-    @property
-    def inspector(self) -> Path:
-        return self.root / "inspect.html"
+    metrics = InRun("metrics.json")
+    report_dir = InRun("report")
+    inspector = InRun("inspect.html")

@@ -122,7 +122,14 @@ class Stage:
         raise NotImplementedError
 
     def outputs(self) -> list[Path]:
-        raise NotImplementedError
+        """The files the stage writes: those its :func:`an_output` fields name (a mapping's values), in field order;
+        a stage whose outputs are not fields says so itself."""
+        found: list[Path] = []
+        for f in dataclasses.fields(self):
+            if f.metadata.get("output", False):
+                value = getattr(self, f.name)
+                found += list(value.values()) if isinstance(value, dict) else [value]
+        return found
 
     def run(self, context: StageContext) -> StageResult:
         raise NotImplementedError

@@ -30,7 +30,7 @@ from apcir.contract.layout import RunLayout
 from apcir.contract.reformulations import LIST_NAMES, load_reformulations
 from apcir.contract.responses import load_responses
 from apcir.contract.runs import load_run, ranking
-from apcir.contract.stage import Stage, StageContext, StageResult, an_output
+from apcir.contract.stage import Stage, StageContext, StageResult, an_output, not_an_input
 from apcir.errors import ApcirError
 from apcir.evaluation.results import read_metrics
 from apcir.io import iter_jsonl, read_json, write_text
@@ -218,15 +218,12 @@ class InspectStage(Stage):
 
     files: list[Path]
     template: Path
-    run_dir: Path = an_output()
+    run_dir: Path = not_an_input()
     out: Path = an_output()
 
     @property
     def name(self) -> str:
         return "inspect"
-
-    def outputs(self) -> list[Path]:
-        return [self.out]
 
     def run(self, context: StageContext) -> StageResult:
         return StageResult(str(write_inspector([self.run_dir], self.out)))

@@ -228,9 +228,6 @@ class EvaluateStage(Stage):
         return {"nuggets": gold, "matcher": settings.nugget_matcher,
                 "matcher_settings": MatcherSettings(tau=settings.nugget_tau)}
 
-    def outputs(self) -> list[Path]:
-        return [self.out]
-
     def run(self, context: StageContext) -> StageResult:
         from apcir import datasets
         from apcir.contract.fusion import load_fusion_record

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from apcir.errors import ApcirError
 from apcir.fusion.normalise import NORMS, norm_help
+from apcir.reformulation.registry import METHOD
 from apcir.registry import InRegistry
 
 Norm = Annotated[str, InRegistry(NORMS)]
@@ -94,7 +95,7 @@ class WeightsSettings(TuningSettings):
     file: str | None = Field(None, description="source = file: a weights.json")
     tune_topics: str | None = Field(None, description="source = tune: topics to tune on")
     tune_qrels: str | None = Field(None, description="source = tune: their qrels")
-    tune_method: str | None = Field(None, description="source = tune: the tuning leg's own reformulator (e.g. "
+    tune_method: Annotated[str, METHOD] | None = Field(None, description="source = tune: the tuning leg's own reformulator (e.g. "
                                     "file:PATH with the tuning topics' rewrites); default: [reformulator] method; "
                                     "formerly tune_llm")
     folds: int = Field(5, ge=2, description="source = cv: folds, by conversation")
@@ -110,13 +111,6 @@ class WeightsSettings(TuningSettings):
         from apcir.settings import renamed_key
 
         return renamed_key(data, "tune_llm", "tune_method", "[fusion.weights]")
-
-    @field_validator("tune_method")
-    @classmethod
-    def _a_reformulator(cls, value: str | None) -> str | None:
-        from apcir.reformulation.registry import check_method
-
-        return value if value is None else check_method(value)
 
     @model_validator(mode="after")
     def _only_what_the_source_uses(self) -> WeightsSettings:

@@ -181,9 +181,6 @@ class TuneStage(Stage):
     def name(self) -> str:
         return "tune"
 
-    def outputs(self) -> list[Path]:
-        return list(self.outs.values())
-
     def run(self, context: StageContext) -> StageResult:
         from apcir import datasets
 

@@ -92,21 +92,32 @@ def ask_all(
     read_cache: bool = True,
 ) -> str | None:
     """Answer every ask (see the module docstring); returns the structured-output mode in use at the end."""
-    cache = settings.cache()
-    params = settings.params()
+    asking = _Asking(model, settings.params(), settings.cache(), accounting, on_answer)
     misses: list[tuple[Ask[T], str]] = []
     for ask in asks:
-        key = cache_key(model, ask.messages, params)
-        if not _from_cache(ask, key, cache if read_cache else None, model, accounting, on_answer):
+        key = cache_key(model, ask.messages, asking.params)
+        if not (read_cache and _from_cache(ask, key, asking)):
             misses.append((ask, key))
     if settings.max_prompt_tokens is not None:
         misses = _within_budget(misses, settings, on_answer)
     if not misses:
         return None
     check_key(settings)
-    if cache is not None:
-        cache.check_writable()  # before any request: an answer paid for must not be lost to the cache
-    return asyncio.run(_ask_misses(misses, model, settings, params, cache, accounting, on_answer))
+    if asking.cache is not None:
+        asking.cache.check_writable()  # before any request: an answer paid for must not be lost to the cache
+    return asyncio.run(_ask_misses(misses, settings, asking))
+
+
+@dataclass(frozen=True)
+class _Asking(Generic[T]):
+    """What every ask of one :func:`ask_all` shares: the model, its generation parameters, the answer cache, the
+    accounting and where the answers go."""
+
+    model: str
+    params: dict[str, Any]
+    cache: ResponseCache | None
+    accounting: Accounting
+    on_answer: Callable[[Ask[T], Answer[T]], None]
 
 
 def _within_budget(misses: list[tuple[Ask[T], str]], settings: LLMSettings,
@@ -129,40 +140,25 @@ def _within_budget(misses: list[tuple[Ask[T], str]], settings: LLMSettings,
     return kept
 
 
-def _from_cache(
-    ask: Ask[T],
-    key: str,
-    cache: ResponseCache | None,
-    model: str,
-    accounting: Accounting,
-    on_answer: Callable[[Ask[T], Answer[T]], None],
-) -> bool:
-    if cache is None:
+def _from_cache(ask: Ask[T], key: str, asking: _Asking[T]) -> bool:
+    if asking.cache is None:
         return False
-    hit = cache.get(key)
+    hit = asking.cache.get(key)
     if hit is None:
         return False
     try:
         value = ask.parse(hit.content)
     except ValueError:
         return False
-    accounting.cache_hit(model)
-    on_answer(ask, Answer(ask.key, value, raw=hit.content, usage=hit.usage.model_copy(update={"requests": 0}),
-                          cached=True))
+    asking.accounting.cache_hit(asking.model)
+    asking.on_answer(ask, Answer(ask.key, value, raw=hit.content, usage=hit.usage.model_copy(update={"requests": 0}),
+                                 cached=True))
     return True
 
 
-async def _ask_misses(
-    misses: list[tuple[Ask[T], str]],
-    model: str,
-    settings: LLMSettings,
-    params: dict[str, Any],
-    cache: ResponseCache | None,
-    accounting: Accounting,
-    on_answer: Callable[[Ask[T], Answer[T]], None],
-) -> str | None:
+async def _ask_misses(misses: list[tuple[Ask[T], str]], settings: LLMSettings, asking: _Asking[T]) -> str | None:
     client = ChatClient(
-        model,
+        asking.model,
         base_url=settings.resolved_base_url(),
         api_key=settings.api_key(),
         concurrency=settings.effective_concurrency(),
@@ -170,12 +166,12 @@ async def _ask_misses(
         timeout=settings.timeout,
         retry=settings.retry_policy(),
         structured=settings.structured,
-        accounting=accounting,
+        accounting=asking.accounting,
     )
     try:
         async with asyncio.TaskGroup() as group:
             for ask, key in misses:
-                group.create_task(_ask_one(client, ask, key, model, params, cache, accounting, on_answer))
+                group.create_task(_ask_one(client, ask, key, asking))
     except BaseExceptionGroup as group_error:
         # A task group wraps what its tasks raised: the user sees apcir's own one-line error, not the group.
         leaves = _leaves(group_error)
@@ -204,16 +200,8 @@ def _add(usage: Usage, completion: Completion) -> Usage:
     )
 
 
-async def _ask_one(
-    client: ChatClient,
-    ask: Ask[T],
-    key: str,
-    model: str,
-    params: dict[str, Any],
-    cache: ResponseCache | None,
-    accounting: Accounting,
-    on_answer: Callable[[Ask[T], Answer[T]], None],
-) -> None:
+async def _ask_one(client: ChatClient, ask: Ask[T], key: str, asking: _Asking[T]) -> None:
+    model, params, on_answer = asking.model, asking.params, asking.on_answer
     usage = Usage()
     seconds = 0.0
     schema = ask.schema
@@ -224,7 +212,7 @@ async def _ask_one(
         try:
             value = ask.parse(raw)
         except ValueError as problem:
-            accounting.repair(model)
+            asking.accounting.repair(model)
             second = await client.complete(ask.repair(raw, str(problem)), params, schema, ask.schema_name, ask.grammar)
             usage, seconds = _add(usage, second), seconds + second.seconds
             try:
@@ -238,6 +226,6 @@ async def _ask_one(
     except LLMRequestError as exc:
         on_answer(ask, Answer(ask.key, None, error=str(exc), usage=usage, seconds=seconds))
         return
-    if cache is not None:
-        cache.put_or_warn(CachedAnswer(key=key, model=model, content=raw, usage=usage))
+    if asking.cache is not None:
+        asking.cache.put_or_warn(CachedAnswer(key=key, model=model, content=raw, usage=usage))
     on_answer(ask, Answer(ask.key, value, raw=raw, usage=usage, seconds=seconds))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from apcir.llm.batch import ProducerSpec
-from apcir.registry import Registry
+from apcir.registry import InRegistry, Registry
 
 if TYPE_CHECKING:
     from apcir.llm.accounting import Accounting
@@ -60,20 +60,25 @@ def source_file(method: str) -> str | None:
     return method.removeprefix(FILE_PREFIX) if method.startswith(FILE_PREFIX) else None
 
 
+def method_usages() -> list[str]:
+    """How a method that is not a model's name is written: the reformulators named as they are used, ``file:``."""
+    return [r.usage for r in REFORMULATORS if r.usage == r.name] + [FILE_PREFIX]
+
+
+METHOD = InRegistry(REFORMULATORS, open_ended=True, usages=method_usages)
+"""A reformulation method's name, ``Annotated[str, METHOD]``: a reformulator's or a model's, not a near miss."""
+
+
 def misspelt(method: str) -> str | None:
     """One line refusing a ``method`` that nearly spells a reformulator's name (``heuristc``, ``fle:x.tsv``) rather
     than being taken for a model's name and found out only when that model is asked; None otherwise."""
-    usages = [r.usage for r in REFORMULATORS if r.usage == r.name] + [FILE_PREFIX]
-    return REFORMULATORS.near_miss(method, usages)
+    return REFORMULATORS.near_miss(method, method_usages())
 
 
 def check_method(method: str) -> str:
     """``method`` if it names a reformulator or a model, else a ``ValueError`` (for validators) saying which
     reformulator it nearly spells."""
-    problem = misspelt(method)
-    if problem is not None:
-        raise ValueError(problem)
-    return method
+    return METHOD.check(method)
 
 
 def is_offline(llm: str) -> bool:

@@ -6,12 +6,14 @@ with the same values send the same prompts with the same parameters.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from apcir.llm.settings import LLM_FIELDS, LLMSettings, refuse_unused
 from apcir.reformulation.prompt import PromptOptions
+from apcir.reformulation.registry import REFORMULATORS, method_usages
+from apcir.registry import InRegistry
 from apcir.settings import renamed_key
 
 # The fields of a reformulation a file may provide, in the record's own names.
@@ -32,7 +34,8 @@ HEURISTIC_FALLBACK: LevelFallback = "heuristic"
 class ReformulatorOptions(LLMSettings):
     """Who reformulates (``method``) and, for a model, how it is asked."""
 
-    method: str = Field(
+    method: Annotated[str, InRegistry(REFORMULATORS, open_ended=True, usages=method_usages,
+                                      blank="give a model name, 'heuristic', 'manual' or 'file:PATH'")] = Field(
         "heuristic",
         description="heuristic, manual, file:PATH (rewrites made elsewhere), or a model name (gpt-4o, ...); "
         "formerly `llm`",
@@ -50,15 +53,6 @@ class ReformulatorOptions(LLMSettings):
     @classmethod
     def _method_was_llm(cls, data: Any) -> Any:
         return renamed_key(data, "llm", "method", "[reformulator]")
-
-    @field_validator("method")
-    @classmethod
-    def _not_empty(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("give a model name, 'heuristic', 'manual' or 'file:PATH'")
-        from apcir.reformulation.registry import check_method
-
-        return check_method(value.strip())
 
     @field_validator("map")
     @classmethod

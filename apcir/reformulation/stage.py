@@ -161,9 +161,6 @@ class ReformulateStage(Stage):
     def name(self) -> str:
         return self.label
 
-    def outputs(self) -> list[Path]:
-        return [self.out]
-
     def run(self, context: StageContext) -> StageResult:
         summary = reformulate(self.turns, self.options, self.out, progress=context.progress, redo_stale=True)
         context.counts.llm_requests += summary.requests

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -138,6 +139,21 @@ def load_error(model: str, exc: BaseException, local: bool) -> ApcirError:
         f"({reason}). Download it where there is network (`hf download {model} --local-dir DIR`) and pass the "
         "directory: --model PATH (also --reranker-model PATH; in a config, rerank.model)"
     )
+
+
+@contextmanager
+def loading(location: str, local: bool) -> Iterator[None]:
+    """Load a re-ranker's checkpoint within: transformers' reports silenced (:func:`quiet_transformers`, restored
+    after), and a failure turned into :func:`load_error`'s one line."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity = quiet_transformers()
+    try:
+        yield
+    except Exception as exc:  # OSError (not found, offline), ValueError (not the right kind of model), ...
+        raise load_error(location, exc, local) from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
 
 
 def quiet_transformers() -> Any:

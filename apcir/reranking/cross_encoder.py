@@ -18,9 +18,8 @@ from apcir.reranking.base import (
     PointwiseReranker,
     check_finite,
     fixed_threads,
-    load_error,
+    loading,
     model_location,
-    quiet_transformers,
 )
 from apcir.reranking.options import PointwiseOptions
 from apcir.reranking.settings import RerankSettings
@@ -33,19 +32,13 @@ class CrossEncoderScorer:
                  dtype: str | None = "auto") -> None:
         import torch
         from sentence_transformers import CrossEncoder
-        from transformers.utils import logging as hf_logging
 
         location, local = model_location(model)
         target = resolve_device(device)
         self.dtype = resolve_dtype(dtype, target)
-        verbosity = quiet_transformers()
-        try:
+        with loading(location, local):
             self.model = CrossEncoder(location, device=target, local_files_only=local,
                                       max_length=max_length, activation_fn=torch.nn.Identity())
-        except Exception as exc:
-            raise load_error(location, exc, local) from None
-        finally:
-            hf_logging.set_verbosity(verbosity)
         check_classifier(self.model, location)
         self.model.to(torch_dtype(self.dtype))
         config = getattr(getattr(self.model, "model", None), "config", None)

@@ -38,9 +38,8 @@ from apcir.reranking.base import (
     PointwiseReranker,
     check_finite,
     fixed_threads,
-    load_error,
+    loading,
     model_location,
-    quiet_transformers,
 )
 from apcir.reranking.options import MonoT5Options
 from apcir.reranking.settings import RerankSettings
@@ -71,19 +70,13 @@ class MonoT5:
     def __init__(self, model: str, *, device: str | None = None, batch_size: int = 16, max_length: int = 512,
                  true_token: str = "true", false_token: str = "false", dtype: str | None = "auto") -> None:
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-        from transformers.utils import logging as hf_logging
 
         location, local = model_location(model)
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
-        verbosity = quiet_transformers()
-        try:
+        with loading(location, local):
             self.tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=local)
             self.model = AutoModelForSeq2SeqLM.from_pretrained(location, local_files_only=local)
-        except Exception as exc:  # OSError (not found, offline), ValueError (not a seq2seq model), ...
-            raise load_error(location, exc, local) from None
-        finally:
-            hf_logging.set_verbosity(verbosity)
         self.model.to(self.device, torch_dtype(self.dtype)).eval()
         fixed_threads()
         self.batch_size = batch_size

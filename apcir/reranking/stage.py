@@ -281,9 +281,6 @@ class RerankStage(Stage):
     def name(self) -> str:
         return f"rerank:{self.key}"
 
-    def outputs(self) -> list[Path]:
-        return list(self.outs.values())
-
     def run(self, context: StageContext) -> StageResult:
         runs = {target: context.read_run(path) for target, path in self.runs.items()}
         needed = set().union(*(candidate_ids(r, self.settings.depth) for r in runs.values())) if runs else set()

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from apcir.llm.batch import ProducerSpec
-from apcir.registry import Registry
+from apcir.registry import InRegistry, Registry
 
 if TYPE_CHECKING:
     from apcir.llm.accounting import Accounting
@@ -87,19 +87,24 @@ def responder_for(name: str) -> ResponderSpec:
     return RESPONDERS.get("llm")
 
 
+def responder_usages() -> list[str]:
+    """How a responder that is not a model's name is written: those named as they are used, ``pathways:``."""
+    return [r.usage for r in RESPONDERS if r.usage == r.name] + [f"{PATHWAYS}:"]
+
+
+RESPONDER = InRegistry(RESPONDERS, open_ended=True, usages=responder_usages)
+"""A responder's name, ``Annotated[str, RESPONDER]``: a responder's or a model's, not a near miss."""
+
+
 def misspelt(name: str) -> str | None:
     """One line refusing a responder ``name`` that nearly spells a responder's (``extractve``, ``pathway:gpt-4o``)
     rather than being taken for a model's name and found out only at the respond stage; None otherwise."""
-    usages = [r.usage for r in RESPONDERS if r.usage == r.name] + [f"{PATHWAYS}:"]
-    return RESPONDERS.near_miss(name, usages)
+    return RESPONDERS.near_miss(name, responder_usages())
 
 
 def check_responder(name: str) -> str:
     """``name`` if it names a responder or a model, else a ``ValueError`` (for validators)."""
-    problem = misspelt(name)
-    if problem is not None:
-        raise ValueError(problem)
-    return name
+    return RESPONDER.check(name)
 
 
 def usage_help() -> str:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from apcir.llm.settings import LLM_FIELDS, LLMSettings, refuse_unused
+from apcir.registry import InRegistry
+from apcir.responses.registry import RESPONDERS, responder_usages
 
 DEFAULT_MAX_WORDS = 250  # the iKAT guidelines' limit (2023 l.96, 2024 l.122; the 2025 validator's RESPONSE_LIMIT)
 
@@ -14,7 +16,8 @@ DEFAULT_MAX_WORDS = 250  # the iKAT guidelines' limit (2023 l.96, 2024 l.122; th
 class RespondSettings(LLMSettings):
     """Who writes the responses (``responder``) and from what; for a model, how it is asked."""
 
-    responder: str = Field(
+    responder: Annotated[str, InRegistry(RESPONDERS, open_ended=True, usages=responder_usages,
+                                         blank="give 'extractive' or a model name")] = Field(
         "extractive",
         description="extractive (offline baseline: cited sentences of the top passages) or a model name (gpt-4o, ...)",
     )
@@ -39,15 +42,6 @@ class RespondSettings(LLMSettings):
     plan_temperature: float = Field(0.9, ge=0, description="pathways:MODEL only: the plan's sampling temperature")
     subset_ratio: float = Field(0.5, gt=0, le=1, description="pathways:MODEL only: share of the profile a pathway "
                                                              "sees with diversify = profile-subsets")
-
-    @field_validator("responder")
-    @classmethod
-    def _not_empty(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("give 'extractive' or a model name")
-        from apcir.responses.registry import check_responder
-
-        return check_responder(value.strip())
 
     @model_validator(mode="after")
     def _only_what_is_used(self) -> RespondSettings:

@@ -124,9 +124,6 @@ class PtkbStage(Stage):
     def name(self) -> str:
         return "ptkb"
 
-    def outputs(self) -> list[Path]:
-        return [self.out, *self.baselines.values()]
-
     def run(self, context: StageContext) -> StageResult:
         from apcir.responses.ptkb import PTKB_METHODS, rank_statements, similarity_for, write_ptkb_run
 
@@ -161,9 +158,6 @@ class RespondStage(Stage):
     @property
     def name(self) -> str:
         return "respond"
-
-    def outputs(self) -> list[Path]:
-        return [self.out]
 
     def run(self, context: StageContext) -> StageResult:
         from apcir.responses.job import build_jobs, needed_passages

@@ -173,9 +173,6 @@ class ExportStage(Stage):
     def name(self) -> str:
         return "export"
 
-    def outputs(self) -> list[Path]:
-        return [self.out]
-
     def run(self, context: StageContext) -> StageResult:
         from apcir.contract.responses import load_responses
         from apcir.responses.ptkb import load_ptkb_run
