@@ -79,19 +79,26 @@ def _base(kind: str) -> Any:
     return getattr(formats, kind)
 
 
+class _Ikat:
+    """What every iKAT provider says of itself (ir_datasets asks each kind: ``queries_lang``, ``docs_lang``, ...)."""
+
+    def queries_namespace(self) -> str:
+        return "trec-ikat"
+
+    def queries_lang(self) -> str:
+        return "en"
+
+    docs_namespace = queries_namespace
+    docs_lang = queries_lang
+
+
 def _queries(dataset_id: str) -> Any:
-    class Queries(_base("BaseQueries")):  # type: ignore[misc]
+    class Queries(_Ikat, _base("BaseQueries")):  # type: ignore[misc]
         def queries_iter(self) -> Iterator[IkatQuery]:
             return (ikat_query(t) for t in datasets.topics(dataset_id))
 
         def queries_cls(self) -> type:
             return IkatQuery
-
-        def queries_namespace(self) -> str:
-            return "trec-ikat"
-
-        def queries_lang(self) -> str:
-            return "en"
 
     return Queries()
 
@@ -116,7 +123,7 @@ def _qrels(name: str) -> Any:
 
 
 def _docs(name: str) -> Any:
-    class Docs(_base("BaseDocs")):  # type: ignore[misc]
+    class Docs(_Ikat, _base("BaseDocs")):  # type: ignore[misc]
         def docs_iter(self) -> Iterator[IkatDoc]:
             return (IkatDoc(p.id, p.contents) for p in datasets.iter_collection(datasets.collection_path(name)))
 
@@ -125,12 +132,6 @@ def _docs(name: str) -> Any:
 
         def docs_cls(self) -> type:
             return IkatDoc
-
-        def docs_namespace(self) -> str:
-            return "trec-ikat"
-
-        def docs_lang(self) -> str:
-            return "en"
 
     return Docs()
 

@@ -58,18 +58,9 @@ class DenseEncoder(TextEncoder[np.ndarray]):
     """Batched bi-encoder embeddings (float32 rows) with the paper's truncation rules."""
 
     kind = "dense"
+    default_model = DEFAULT_DENSE_MODEL
 
-    def __init__(
-        self,
-        model: str = DEFAULT_DENSE_MODEL,
-        device: str | None = None,
-        query_max_length: int = 64,
-        response_max_length: int = 256,
-        doc_max_length: int = 256,
-        batch_size: int = 32,
-        dtype: str | None = "auto",
-    ) -> None:
-        super().__init__(model, device, query_max_length, response_max_length, doc_max_length, batch_size, dtype)
+    def _load(self, model: str) -> None:
         self.model = _load_dense_encoder(model, self.device).to(torch_dtype(self.dtype))
         self.tokenizer = self.model.tokenizer
         self.check_lengths(getattr(getattr(self.model[0], "auto_model", None), "config", None))
@@ -79,22 +70,12 @@ class DenseEncoder(TextEncoder[np.ndarray]):
         self.dimension = int(dimension)
 
     def _encode(self, texts: list[str], max_length: int, task: str, progress: bool, description: str) -> np.ndarray:
-        import torch
-
         blocks: list[np.ndarray] = []
         group = max(self.batch_size * 8, 1)
-        method = self.model.encode_query if task == "query" else self.model.encode_document
         with progress_bar(description, len(texts), enabled=progress and len(texts) > self.batch_size) as advance:
             for start in range(0, len(texts), group):
                 chunk = texts[start : start + group]
-                with torch.no_grad():
-                    array = method(
-                        chunk,
-                        batch_size=self.batch_size,
-                        show_progress_bar=False,
-                        convert_to_numpy=True,
-                        processing_kwargs={"text": {"max_length": max_length, "truncation": True}},
-                    )
+                array = self.model_encode(chunk, max_length, task, convert_to_numpy=True)
                 blocks.append(np.asarray(array, dtype=np.float32).reshape(len(chunk), -1))
                 advance(len(chunk))
         if not blocks:

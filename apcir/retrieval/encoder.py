@@ -171,25 +171,29 @@ Vectors = TypeVar("Vectors")
 class TextEncoder(Generic[Vectors]):
     """What every retrieval encoder shares: its name, the paper's length budgets and how a query becomes text.
 
-    Subclasses load a model into ``self.model`` / ``self.tokenizer`` and implement ``_encode`` (``Vectors``: a
-    sparse matrix for SPLADE, a dense float32 array for bi-encoders), which ``encode_queries`` and
-    ``encode_documents`` call with the input lengths of each; ``kind`` is the registry's encoder kind
-    (:data:`apcir.retrieval.registry.EncoderKind`).
+    The constructor's keywords and their defaults are written here once, for every encoder. Subclasses name their
+    ``default_model``, load it into ``self.model`` / ``self.tokenizer`` in ``_load`` (the constructor calls it
+    last) and implement ``_encode`` (``Vectors``: a sparse matrix for SPLADE, a dense float32 array for
+    bi-encoders), which ``encode_queries`` and ``encode_documents`` call with the input lengths of each; ``kind``
+    is the registry's encoder kind (:data:`apcir.retrieval.registry.EncoderKind`).
     """
 
     kind: str = ""
+    default_model: str = ""
+    model: Any
     tokenizer: Any
 
     def __init__(
         self,
-        model: str,
-        device: str | None,
-        query_max_length: int,
-        response_max_length: int,
-        doc_max_length: int,
-        batch_size: int,
+        model: str | None = None,
+        device: str | None = None,
+        query_max_length: int = 64,
+        response_max_length: int = 256,
+        doc_max_length: int = 256,
+        batch_size: int = 32,
         dtype: str | None = "auto",
     ) -> None:
+        model = model or self.default_model
         for label, value in (
             ("query_max_length", query_max_length),
             ("response_max_length", response_max_length),
@@ -206,6 +210,22 @@ class TextEncoder(Generic[Vectors]):
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
         """The precision the model runs in (``auto`` resolved: float32, bfloat16 or float16)."""
+        self._load(model)
+
+    def _load(self, model: str) -> None:
+        """Load ``model`` (the name as given) on ``self.device`` in ``self.dtype``."""
+        raise NotImplementedError
+
+    def model_encode(self, texts: list[str], max_length: int, task: str, **convert: Any) -> Any:
+        """sentence-transformers' ``encode_query`` (``task`` "query") or ``encode_document`` on ``texts``: batches
+        of ``batch_size``, each text truncated to ``max_length`` tokens, no gradients; ``convert`` says what
+        comes back (``convert_to_numpy``, ``convert_to_sparse_tensor``, ...)."""
+        import torch
+
+        method = self.model.encode_query if task == "query" else self.model.encode_document
+        with torch.no_grad():
+            return method(texts, batch_size=self.batch_size, show_progress_bar=False,
+                          processing_kwargs={"text": {"max_length": max_length, "truncation": True}}, **convert)
 
     def check_lengths(self, config: Any) -> None:
         """The length budgets (with their special tokens) against the model's position limit."""
@@ -297,21 +317,18 @@ class SpladeEncoder(TextEncoder[sp.csr_matrix]):
     """
 
     kind = "splade"
+    default_model = DEFAULT_MODEL
 
-    def __init__(
-        self,
-        model: str = DEFAULT_MODEL,
-        device: str | None = None,
-        query_max_length: int = 64,
-        response_max_length: int = 256,
-        doc_max_length: int = 256,
-        batch_size: int = 32,
-        dtype: str | None = "auto",
-        head_tokens: int | None = None,
-    ) -> None:
+    def __init__(self, model: str | None = None, device: str | None = None, *, head_tokens: int | None = None,
+                 **options: Any) -> None:
+        """``options``: :class:`TextEncoder`'s keywords (the length budgets, ``batch_size``, ``dtype``);
+        ``head_tokens``: the sliced head's width (:mod:`apcir.retrieval.splade_head`)."""
+        self.head_tokens = head_tokens
+        super().__init__(model, device, **options)
+
+    def _load(self, model: str) -> None:
         from apcir.retrieval.splade_head import HEAD_TOKENS, SpladeHead
 
-        super().__init__(model, device, query_max_length, response_max_length, doc_max_length, batch_size, dtype)
         self.model = _load_sparse_encoder(model, self.device, self.dtype)
         self.tokenizer = self.model.tokenizer
         transformer: Any = self.model[0]
@@ -319,7 +336,7 @@ class SpladeEncoder(TextEncoder[sp.csr_matrix]):
         self.check_lengths(transformer.config)
         self._vocab: list[str] | None = None
         self.head: SpladeHead | None = SpladeHead.of(self.model, self.device, self.tokenizer,
-                                                     head_tokens or HEAD_TOKENS)
+                                                     self.head_tokens or HEAD_TOKENS)
         """The sliced-head path (None: sentence-transformers encodes this model)."""
 
     # ---- encoding (float32 rows over the vocabulary's columns) --------------------------------
@@ -382,19 +399,8 @@ class SpladeEncoder(TextEncoder[sp.csr_matrix]):
         return sp.vstack(blocks, format="csr", dtype=np.float32)
 
     def _encode_group(self, texts: list[str], max_length: int, task: str) -> sp.csr_matrix:
-        import torch
-
-        method = self.model.encode_query if task == "query" else self.model.encode_document
-        with torch.no_grad():
-            tensor = method(
-                texts,
-                batch_size=self.batch_size,
-                show_progress_bar=False,
-                convert_to_tensor=True,
-                convert_to_sparse_tensor=True,
-                save_to_cpu=True,
-                processing_kwargs={"text": {"max_length": max_length, "truncation": True}},
-            )
+        tensor = self.model_encode(texts, max_length, task, convert_to_tensor=True, convert_to_sparse_tensor=True,
+                                   save_to_cpu=True)
         coo = tensor.coalesce()
         rows, cols = coo.indices().numpy()
         values = coo.values().float().numpy()
@@ -472,20 +478,10 @@ def _max_pooling_class() -> type:
     return MaxFirstSpladePooling
 
 
-def make_encoder(
-    kind: str,
-    model: str,
-    *,
-    device: str | None = None,
-    query_max_length: int = 64,
-    response_max_length: int = 256,
-    doc_max_length: int = 256,
-    batch_size: int = 32,
-    dtype: str | None = "auto",
-) -> TextEncoder:
-    """The encoder of a backend's ``kind`` (``splade`` or ``dense``) for ``model``."""
+def make_encoder(kind: str, model: str, **options: Any) -> TextEncoder:
+    """The encoder of a backend's ``kind`` (``splade`` or ``dense``) for ``model``; ``options`` are its
+    constructor's keywords (``device``, ``dtype``, the three length budgets, ``batch_size``), whose defaults the
+    encoder classes declare."""
     from apcir.retrieval.registry import ENCODER_KINDS
 
-    lengths = {"query_max_length": query_max_length, "response_max_length": response_max_length,
-               "doc_max_length": doc_max_length, "batch_size": batch_size}
-    return ENCODER_KINDS.get(kind).make(model, device=device, dtype=dtype, **lengths)  # type: ignore[no-any-return]
+    return ENCODER_KINDS.get(kind).make(model, **options)  # type: ignore[no-any-return]

@@ -19,10 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from shared import DEMO_INDEX, DEMO_RUN
 
 import apcir as apcir_package
 from apcir.contract.layout import RunLayout, is_volatile
-from shared import DEMO_INDEX, DEMO_RUN
 
 pytestmark = pytest.mark.slow
 PATIENCE = 1800.0  # seconds one run may take on a loaded 2-core machine
