@@ -72,12 +72,12 @@ def test_reformulate_five_turns_with_the_real_server(server, tmp_path, run_cli):
     assert code == 0 and _requests(json.loads(stdout)) == 0, err
 
 
-def test_rankgpt_on_two_turns_with_the_real_server(server, passages, tmp_path, run_cli):
+def test_rankgpt_on_one_turn_with_the_real_server(server, passages, tmp_path, run_cli):
     queries = tmp_path / "q.tsv"
-    queries.write_text("9-1_1\tdiet to lose weight\n9-1_2\twhich diet is best for me\n")
+    queries.write_text("9-1_2\twhich diet is best for me\n")
     run = tmp_path / "two.run"
     run.write_text("".join(line + "\n" for line in passages.read_text().splitlines()
-                           if line.split()[0] in ("9-1_1", "9-1_2")))
+                           if line.split()[0] == "9-1_2"))
     out = tmp_path / "reranked.run"
     args = ["rerank", "-r", str(run), "-q", str(queries), "-c", "ikat23-provenance", "--reranker", "rankgpt",
             "--model", "smollm2", "--base-url", server.url, "--window", "5", "--step", "2", "--depth", "10",
@@ -85,11 +85,11 @@ def test_rankgpt_on_two_turns_with_the_real_server(server, passages, tmp_path, r
     code, stdout, err = run_cli(*args)
     summary = json.loads(stdout)
     assert code in (0, 1), err  # 1: a window whose answer named no passage kept its order (counted)
-    assert summary["windows"] == 6 and summary["requests"] >= 6
+    assert summary["windows"] == 3 and summary["requests"] >= 3  # depth 10, window 5, step 2
     from apcir.contract.runs import read_run_file
 
     reranked = read_run_file(out)
-    assert not reranked.problems and set(reranked.run) == {"9-1_1", "9-1_2"}
+    assert not reranked.problems and set(reranked.run) == {"9-1_2"}
     assert all(len(hits) == 10 for hits in reranked.run.values())
     if summary["failed_windows"] == 0:
         code, stdout, _ = run_cli(*args)
@@ -252,17 +252,17 @@ def test_the_llm_nugget_matcher_with_the_real_server(server, tmp_path, batched):
     assert {r: v.recall for r, v in again.runs.items()} == {r: v.recall for r, v in report.runs.items()}
 
 
-def test_pathways_of_thoughts_on_two_turns_with_the_real_server(server, passages, tmp_path, run_cli):
-    """PoT with N = 2, T = 4 on two first turns: the trace's four pathways obey the rules, the answers' citations
+def test_pathways_of_thoughts_on_a_first_turn_with_the_real_server(server, passages, tmp_path, run_cli):
+    """PoT with N = 2, T = 4 on a first turn: the trace's two pathways obey the rules, the answers' citations
     resolve, a re-run sends no request, and N = 3 sends only the third pathways' requests and the aggregations."""
     from apcir.contract.responses import load_responses
     from apcir.responses.pathway_prompts import allowed_actions
 
-    two = ",".join(FIRST.split(",")[:2])
+    one = FIRST.split(",")[0]
     cache = tmp_path / "cache"
 
     def respond(out, n):
-        args = ["respond", str(passages), "-t", "ikat23-test", "--turns", two, "--collection", "ikat23-provenance",
+        args = ["respond", str(passages), "-t", "ikat23-test", "--turns", one, "--collection", "ikat23-provenance",
                 "--responder", "pathways:smollm2", "--pathways", str(n), "--max-actions", "4", "--base-url",
                 server.url, "--top-k", "3", "--max-words", "60", "--max-tokens", "160", "--cache-dir", str(cache),
                 "-o", str(out), "--no-progress", "--json"]
@@ -273,7 +273,7 @@ def test_pathways_of_thoughts_on_two_turns_with_the_real_server(server, passages
     first = respond(tmp_path / "two.jsonl", 2)
     trace = [json.loads(line) for line in (tmp_path / "two.pathways.jsonl").read_text().splitlines()]
     pathways = [line for line in trace if "pathway" in line]
-    assert len(pathways) == 4 and {p["pathway"] for p in pathways} == {0, 1}
+    assert len(pathways) == 2 and {p["pathway"] for p in pathways} == {0, 1}
     for p in pathways:
         actions = p["actions"]
         assert actions[0] == "plan" and len(actions) <= 4
@@ -293,8 +293,8 @@ def test_pathways_of_thoughts_on_two_turns_with_the_real_server(server, passages
     kept = {(p["turn_id"], p["pathway"]): p["actions"] for p in newer if "pathway" in p and p["pathway"] < 2}
     assert kept == {(p["turn_id"], p["pathway"]): p["actions"] for p in pathways}  # pathways 0 and 1 reused
     added = [p for p in newer if p.get("pathway") == 2]
-    # at most two requests per step of each third pathway, plus the aspects and the mixture per turn
-    assert 0 < _requests(third) <= sum(2 * len(p["actions"]) + 2 for p in added) + 2 * 2 + 2
+    # at most two requests per step of the third pathway, plus the aspects and the mixture of the turn
+    assert 0 < _requests(third) <= sum(2 * len(p["actions"]) + 2 for p in added) + 2 + 2
 
 
 def test_lampqa_with_chain_of_thought_and_the_given_aspects_judge_with_the_real_server(server, tmp_path, run_cli):
