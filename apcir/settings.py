@@ -18,3 +18,21 @@ def renamed_key(data: Any, old: str, new: str, where: str) -> Any:
     data = dict(data)
     data[new] = data.pop(old)
     return data
+
+
+THREADS_ENV = "APCIR_THREADS"
+
+
+def threads_from_env(default: int) -> int:
+    """The CPU threads ``APCIR_THREADS`` asks for (torch's intra-op threads, llama.cpp's server), else ``default``.
+    A value that is not a positive whole number is refused in one line."""
+    import os
+
+    from apcir.errors import ApcirError
+
+    value = os.environ.get(THREADS_ENV, "").strip()
+    if not value:
+        return default
+    if not value.isdigit() or int(value) < 1:
+        raise ApcirError(f"{THREADS_ENV}={value!r}: give a positive whole number of CPU threads (or unset it)")
+    return int(value)

@@ -71,7 +71,9 @@ def default_threads() -> int:
     llama.cpp's threads wait for each other by spinning, so a server with more threads than the cores left free
     crawls: on 2 cores with one busy process beside it, a reformulation took 211 s with 2 threads and 26 s with 1
     (measured in this repository). Set ``APCIR_THREADS=1`` where the machine is shared (the test suite does)."""
-    return int(os.environ.get("APCIR_THREADS") or 0) or 2
+    from apcir.settings import threads_from_env
+
+    return threads_from_env(2)
 
 
 def _free_port() -> int:

@@ -74,7 +74,9 @@ def fixed_threads() -> int:
 
     import torch
 
-    threads = int(os.environ.get("APCIR_THREADS") or 0) or (os.cpu_count() or 1)
+    from apcir.settings import threads_from_env
+
+    threads = threads_from_env(os.cpu_count() or 1)
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
     return threads

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from apcir.errors import ApcirError
-from apcir.llm.local_server import HOST, LocalServer, _free_port, resolve_model, server_available
+from apcir.llm.local_server import HOST, LocalServer, _free_port, default_threads, main, resolve_model, server_available
 
 
 def test_a_model_is_the_packaged_name_or_an_existing_gguf_file(tmp_path):
@@ -31,3 +31,18 @@ def test_the_port_is_a_free_loopback_one():
     port = _free_port()
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((HOST, port))  # still free
+
+
+def test_the_threads_come_from_apcir_threads_and_a_bad_value_is_one_line(monkeypatch, capsys):
+    monkeypatch.delenv("APCIR_THREADS", raising=False)
+    assert default_threads() == 2
+    monkeypatch.setenv("APCIR_THREADS", "1")
+    assert default_threads() == 1
+    for bad in ("two", "0", "-1", "1.5"):
+        monkeypatch.setenv("APCIR_THREADS", bad)
+        with pytest.raises(ApcirError, match="APCIR_THREADS=.*positive whole number"):
+            default_threads()
+    if server_available():  # the helper's command: one line and exit 2, no server started
+        assert main(["--", "true"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: APCIR_THREADS='1.5'") and len(err.strip().splitlines()) == 1
