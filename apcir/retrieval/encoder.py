@@ -17,8 +17,9 @@ directory holding a ``BertForMaskedLM``-style checkpoint.
 the model, and sorted by length over everything handed over at once (a whole chunk of an index build, see
 :mod:`apcir.retrieval.build`), so a batch holds texts of similar length and little padding. For a BERT,
 RoBERTa or DistilBERT masked-language model the encoder runs its transformer once, then applies the MLM head
-over slices of ``head_tokens`` tokens (64) at a time, keeping a running masked maximum over the slices, so
-the ``batch x tokens x vocabulary`` logits are never held at once; ``log(1 + relu(.))`` is applied to the
+in pieces, keeping a masked maximum over the tokens: on a GPU over slices of ``head_tokens`` tokens (64) at a
+time, on a CPU over blocks of 128 vocabulary entries (their logits stay in the cache), so the
+``batch x tokens x vocabulary`` logits are never held at once; ``log(1 + relu(.))`` is applied to the
 maximum (the same number: the function is non-decreasing), on the device, and only the nonzero
 ``(row, term, weight)`` triples are copied back. Any other SPLADE model (a router with a separate query
 model, prompts, another architecture) goes through sentence-transformers' ``SparseEncoder.encode``. Both
@@ -322,12 +323,13 @@ class SpladeEncoder(TextEncoder[sp.csr_matrix]):
     def __init__(self, model: str | None = None, device: str | None = None, *, head_tokens: int | None = None,
                  **options: Any) -> None:
         """``options``: :class:`TextEncoder`'s keywords (the length budgets, ``batch_size``, ``dtype``);
-        ``head_tokens``: the sliced head's width (:mod:`apcir.retrieval.splade_head`)."""
+        ``head_tokens``: compute the MLM head over slices of this many tokens (the default on a GPU, 64; on a
+        CPU the head goes by vocabulary blocks unless this is given; :mod:`apcir.retrieval.splade_head`)."""
         self.head_tokens = head_tokens
         super().__init__(model, device, **options)
 
     def _load(self, model: str) -> None:
-        from apcir.retrieval.splade_head import HEAD_TOKENS, SpladeHead
+        from apcir.retrieval.splade_head import SpladeHead
 
         self.model = _load_sparse_encoder(model, self.device, self.dtype)
         self.tokenizer = self.model.tokenizer
@@ -335,9 +337,8 @@ class SpladeEncoder(TextEncoder[sp.csr_matrix]):
         self.vocab_size = int(transformer.config.vocab_size)
         self.check_lengths(transformer.config)
         self._vocab: list[str] | None = None
-        self.head: SpladeHead | None = SpladeHead.of(self.model, self.device, self.tokenizer,
-                                                     self.head_tokens or HEAD_TOKENS)
-        """The sliced-head path (None: sentence-transformers encodes this model)."""
+        self.head: SpladeHead | None = SpladeHead.of(self.model, self.device, self.tokenizer, self.head_tokens)
+        """The split-head path (None: sentence-transformers encodes this model)."""
 
     # ---- encoding (float32 rows over the vocabulary's columns) --------------------------------
     def encode(self, query: QueryInput) -> dict[str, float]:

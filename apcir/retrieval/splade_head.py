@@ -4,8 +4,14 @@ A SPLADE vector is ``max over the text's tokens of log(1 + relu(MLM logits))``. 
 holds ``batch x tokens x vocabulary`` logits (256 x 258 x 30,522 floats is 8 GB in float32) and copies the
 whole ``batch x vocabulary`` result back to the host. :class:`SpladeHead` instead:
 
-* runs the transformer once, then the MLM head over slices of ``head_tokens`` tokens, keeping a running
-  maximum over the slices with padding masked out, so a slice's logits are the largest tensor held;
+* runs the transformer once, then the MLM head in pieces, keeping the maximum over the text's tokens with
+  padding masked out, so a piece's logits are the largest tensor held. On a GPU a piece is a slice of
+  ``head_tokens`` tokens (64) over the whole vocabulary, with a running maximum over the slices. On a CPU it
+  is a block of :data:`VOCAB_BLOCK` vocabulary entries over all the batch's tokens: the head's transform
+  (dense, activation, layer norm) runs once, then each block's logits are small enough to stay in the CPU's
+  cache while they are masked and reduced, and the output bias is added to the maximum (adding one number is
+  non-decreasing, so this is exact). On the demo collection this is a third faster than token slices on one
+  core, and gives the same vectors bit for bit (tests/retrieval/test_splade_head.py);
 * applies ``log(1 + relu(.))`` to the maximum (the function is non-decreasing, so this equals the maximum of
   the activated logits exactly), in float32, on the device;
 * copies back only the nonzero ``(row, term, weight)`` triples (a passage keeps a few hundred of 30,522).
@@ -24,6 +30,7 @@ encoded by sentence-transformers (see :class:`apcir.retrieval.encoder.SpladeEnco
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -38,7 +45,10 @@ if TYPE_CHECKING:
     import torch
 
 HEAD_TOKENS = 64
-"""Tokens the MLM head is applied to at a time (its logits: batch x 64 x vocabulary)."""
+"""Tokens the MLM head is applied to at a time on a GPU (its logits: batch x 64 x vocabulary)."""
+VOCAB_BLOCK = 128
+"""Vocabulary entries the MLM head's projection computes at a time on a CPU (its logits: batch x tokens x 128,
+a few MB for a batch of 32 passages: they stay in the cache while masked and reduced)."""
 AHEAD_PASSAGES = 8192
 """How far tokenisation may run ahead of the model, in passages (whole batches)."""
 
@@ -165,21 +175,36 @@ class Tokeniser:
         return False
 
 
-def _split(model: Any) -> tuple[Any, Callable[[Any], Any]] | None:
-    """``(transformer, head)`` of a masked-language model whose layout is known, else None."""
+@dataclass(frozen=True)
+class HeadParts:
+    """A masked-language model split into its transformer, its head's transform (dense, activation, layer norm)
+    and the head's output projection (``decoder``: a linear layer onto the vocabulary, with its bias)."""
+
+    base: Any
+    transform: Callable[[Any], Any]
+    decoder: Any
+
+    def logits(self, hidden: Any) -> Any:
+        """The MLM logits of the transformer's ``hidden`` states, as the model's own head computes them."""
+        return self.decoder(self.transform(hidden))
+
+
+def _split(model: Any) -> HeadParts | None:
+    """The parts of a masked-language model whose layout is known, else None."""
     base = getattr(model, getattr(model, "base_model_prefix", ""), None)
     if base is None:
         return None
     if hasattr(model, "cls"):  # BertForMaskedLM
-        return base, model.cls
+        return HeadParts(base, model.cls.predictions.transform, model.cls.predictions.decoder)
     if hasattr(model, "lm_head"):  # RobertaForMaskedLM, XLMRobertaForMaskedLM, CamembertForMaskedLM
-        return base, model.lm_head
+        head = model.lm_head
+        gelu = getattr(sys.modules.get(type(head).__module__), "gelu", None)  # the function its forward calls
+        if gelu is None:
+            return None
+        return HeadParts(base, lambda hidden: head.layer_norm(gelu(head.dense(hidden))), head.decoder)
     if all(hasattr(model, n) for n in ("vocab_transform", "activation", "vocab_layer_norm", "vocab_projector")):
-
-        def distilbert_head(hidden: Any) -> Any:
-            return model.vocab_projector(model.vocab_layer_norm(model.activation(model.vocab_transform(hidden))))
-
-        return base, distilbert_head
+        return HeadParts(base, lambda hidden: model.vocab_layer_norm(model.activation(model.vocab_transform(hidden))),
+                         model.vocab_projector)
     return None
 
 
@@ -208,24 +233,31 @@ def _plain_splade(sparse_encoder: Any) -> tuple[Any, str] | None:
 
 
 class SpladeHead:
-    """A SPLADE masked-language model run as transformer + sliced head (see the module docstring)."""
+    """A SPLADE masked-language model run as transformer + head in pieces (see the module docstring).
 
-    def __init__(self, model: Any, base: Any, head: Callable[[Any], Any], activation: str, device: str,
-                 head_tokens: int = HEAD_TOKENS) -> None:
+    ``vocab_block``: compute the head over blocks of this many vocabulary entries (the CPU way); None: over
+    slices of ``head_tokens`` tokens (the GPU way). :meth:`of` picks by the device unless ``head_tokens`` is
+    given."""
+
+    def __init__(self, model: Any, parts: HeadParts, activation: str, device: str, head_tokens: int = HEAD_TOKENS,
+                 vocab_block: int | None = None) -> None:
         if head_tokens < 1:
             raise ApcirError(f"head_tokens must be a positive number of tokens, got {head_tokens}")
+        if vocab_block is not None and vocab_block < 1:
+            raise ApcirError(f"vocab_block must be a positive number of vocabulary entries, got {vocab_block}")
         self.model = model
-        self.base = base
-        self.head = head
+        self.parts = parts
         self.activation = activation
         self.device = device
         self.head_tokens = head_tokens
+        self.vocab_block = vocab_block
         self.vocab_size = int(model.config.vocab_size)
 
     @classmethod
-    def of(cls, sparse_encoder: Any, device: str, tokenizer: Any, head_tokens: int = HEAD_TOKENS) -> SpladeHead | None:
-        """The sliced head of a plain SPLADE ``SparseEncoder`` whose split agrees with the model on a probe
-        input, else None (sentence-transformers then encodes)."""
+    def of(cls, sparse_encoder: Any, device: str, tokenizer: Any, head_tokens: int | None = None) -> SpladeHead | None:
+        """The split head of a plain SPLADE ``SparseEncoder`` whose split agrees with the model on a probe
+        input, else None (sentence-transformers then encodes). On a CPU the head goes by vocabulary blocks, unless
+        ``head_tokens`` asks for token slices."""
         plain = _plain_splade(sparse_encoder)
         if plain is None:
             return None
@@ -233,7 +265,9 @@ class SpladeHead:
         parts = _split(model)
         if parts is None:
             return None
-        head = cls(model, parts[0], parts[1], activation, device, head_tokens)
+        on_cpu = str(device).split(":")[0] == "cpu"
+        vocab_block = VOCAB_BLOCK if on_cpu and head_tokens is None else None
+        head = cls(model, parts, activation, device, head_tokens or HEAD_TOKENS, vocab_block)
         return head if head.agrees(tokenizer) else None
 
     def agrees(self, tokenizer: Any) -> bool:
@@ -245,7 +279,7 @@ class SpladeHead:
         ids, mask = probe["input_ids"].to(self.device), probe["attention_mask"].to(self.device)
         with torch.inference_mode():
             whole = self.model(input_ids=ids, attention_mask=mask).logits.float()
-            split = self.head(self.base(input_ids=ids, attention_mask=mask)[0]).float()
+            split = self.parts.logits(self.parts.base(input_ids=ids, attention_mask=mask)[0]).float()
         if whole.shape != split.shape:
             return False
         tolerance = 1e-4 if self.model.dtype == torch.float32 else 5e-2
@@ -253,19 +287,42 @@ class SpladeHead:
 
     def pool(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """SPLADE weights of a batch, ``batch x vocabulary`` float32 on the device."""
-        hidden = self.base(input_ids=input_ids, attention_mask=attention_mask)[0]
+        hidden = self.parts.base(input_ids=input_ids, attention_mask=attention_mask)[0]
         keep = attention_mask.bool()
-        best = None
-        for start in range(0, hidden.shape[1], self.head_tokens):
-            logits = self.head(hidden[:, start : start + self.head_tokens])
-            logits.masked_fill_(~keep[:, start : start + self.head_tokens, None], float("-inf"))
-            part = logits.amax(dim=1)
-            best = part if best is None else torch_maximum(best, part)
-        assert best is not None
+        best = self._by_vocab_blocks(hidden, keep) if self.vocab_block else self._by_token_slices(hidden, keep)
         weights = best.float().relu_().log1p_()
         if self.activation == "log1p_relu":
             weights = weights.log1p_()
         return weights
+
+    def _by_token_slices(self, hidden: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        """The maximum logit of each vocabulary entry over the unmasked tokens, a slice of tokens at a time."""
+        best = None
+        for start in range(0, hidden.shape[1], self.head_tokens):
+            logits = self.parts.logits(hidden[:, start : start + self.head_tokens])
+            logits.masked_fill_(~keep[:, start : start + self.head_tokens, None], float("-inf"))
+            part = logits.amax(dim=1)
+            best = part if best is None else torch_maximum(best, part)
+        assert best is not None
+        return best
+
+    def _by_vocab_blocks(self, hidden: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        """The same maximum, a block of vocabulary entries at a time: the projection without its bias, masked and
+        reduced over the tokens, then the bias added to the maximum (max(x + b) = max(x) + b)."""
+        import torch
+
+        assert self.vocab_block is not None
+        tokens = self.parts.transform(hidden)
+        weight, bias = self.parts.decoder.weight, self.parts.decoder.bias
+        padding = ~keep[:, :, None]
+        best = tokens.new_empty((tokens.shape[0], weight.shape[0]))
+        for start in range(0, weight.shape[0], self.vocab_block):
+            logits = torch.matmul(tokens, weight[start : start + self.vocab_block].T)
+            logits.masked_fill_(padding, float("-inf"))
+            torch.amax(logits, dim=1, out=best[:, start : start + self.vocab_block])
+        if bias is not None:
+            best += bias
+        return best
 
     def encode(self, chunks: Iterable[Sequence[str]], tokenizer: Any, max_length: int, batch_size: int,
                advance: Callable[[int], None] | None = None) -> Generator[sp.csr_matrix, None, None]:

@@ -79,6 +79,29 @@ def test_head_slices_of_any_width_give_the_same_vectors(tiny):
     assert_same_vectors(narrow.encode_documents(texts, progress=False), whole)
 
 
+def test_on_a_cpu_the_head_goes_by_vocabulary_blocks_and_equals_token_slices_bit_for_bit(tiny):
+    """The CPU default (blocks of vocabulary entries, the bias added to the maximum) and the GPU default (slices of
+    tokens, the model's own head) give the same float32 vectors, not merely close ones."""
+    from apcir.retrieval.splade_head import VOCAB_BLOCK
+
+    assert tiny.head is not None and tiny.head.vocab_block == VOCAB_BLOCK
+    sliced = SpladeEncoder("splade-tiny", device="cpu", batch_size=8, head_tokens=64)
+    assert sliced.head is not None and sliced.head.vocab_block is None
+    texts = demo_texts(40)
+    blocks, slices = tiny.encode_documents(texts, progress=False), sliced.encode_documents(texts, progress=False)
+    assert blocks.nnz > 40 * 50
+    np.testing.assert_array_equal(blocks.indptr, slices.indptr)
+    np.testing.assert_array_equal(blocks.indices, slices.indices)
+    np.testing.assert_array_equal(blocks.data, slices.data)
+    odd = SpladeHead(tiny.head.model, tiny.head.parts, tiny.head.activation, "cpu", vocab_block=1000)  # uneven last
+    ids = tiny.tokenizer(texts[:3], padding=True, truncation=True, max_length=64, return_tensors="pt")
+    import torch
+
+    with torch.inference_mode():
+        np.testing.assert_array_equal(odd.pool(ids["input_ids"], ids["attention_mask"]).numpy(),
+                                      tiny.head.pool(ids["input_ids"], ids["attention_mask"]).numpy())
+
+
 def test_chunks_come_back_in_order_whatever_the_length_order(tiny):
     texts = demo_texts(30)
     chunks = [texts[:7], [], texts[7:8], texts[8:30]]
