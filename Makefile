@@ -97,7 +97,7 @@ $(TEST_STAMP): pyproject.toml Makefile
 # demo run and the indexes between workers). The suite includes what `make docs` does (tests/docs: the reference
 # pages match the code, the site builds with --strict) and runs every example of the docs.
 test: setup simapi milvus-server
-	$(PY) -m pytest -q $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
+	$(PY) -m pytest -q $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 # The documentation site: the generated reference pages must match the code, then a strict build (no broken
 # link, no missing reference) into site/. The docs' examples run in the test suite (tests/docs/).
@@ -107,7 +107,7 @@ docs: $(DOCS_STAMP)
 
 # The edit-test loop: every module of apcir, none of the slow tests (docs/development.md says what it covers).
 test-fast: setup simapi milvus-server
-	$(PY) -m pytest -q -m "not slow" $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
+	$(PY) -m pytest -q -m "not slow" $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 # The main job on the embedded default, offline: the `heuristic` reformulator and the extractive
 # responder, or GPT-4o for both when OPENAI_API_KEY is set (then the LLM cache makes re-runs free).

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
+import file_order
 import pytest
 from shared import DemoRun, build_once, demo_run
 
@@ -36,6 +38,38 @@ def run_cli(capsys):
         return code, captured.out, captured.err
 
     return _run
+
+
+def _reads_the_demo(item: pytest.Item) -> bool:
+    return "demo" in getattr(item, "fixturenames", ())
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Files in the order ``make test``'s workers should take them (tests/file_order.py): those that do not read the
+    demo run first, then those that do, each kind longest first; a file's tests keep their order."""
+    seconds = file_order.read()
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::")[0], []).append(item)
+    order = sorted(files, key=lambda name: (any(map(_reads_the_demo, files[name])), -seconds.get(name, 0.0)))
+    items[:] = [item for name in order for item in files[name]]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _demo_started_early(request, tmp_path_factory):
+    """Under pytest-xdist, when the run has a test that reads the demo, the demo run (about a minute on one core)
+    starts in the background at each worker's first test: the worker that gets the build lock builds it while
+    both workers go on with the files that do not need it (they come first), instead of one of them waiting
+    for it. A build that fails here is left for the ``demo`` fixture, which builds again and reports it."""
+    if os.environ.get("PYTEST_XDIST_WORKER") and any(map(_reads_the_demo, request.session.items)):
+
+        def build() -> None:
+            try:
+                demo_run(tmp_path_factory)
+            except Exception:  # noqa: BLE001 - reported by the fixture's own attempt
+                pass
+
+        threading.Thread(target=build, name="demo-in-the-background", daemon=True).start()
 
 
 @pytest.fixture(scope="session")

@@ -1,86 +1,19 @@
-"""The documentation site: its reference pages match the code, it builds with --strict, and every example runs.
-
-Examples are the fenced ``bash``, ``python`` and ``console`` blocks of the pages in ``mkdocs.yml``'s nav, run in
-nav order in one scratch directory (so a page can use what an earlier one made), on one worker of ``make test``
-(which hands each test file to one worker). The
-directory starts as `make demo` leaves it: the suite's one demo run (``runs/demo``, its index) is copied in, so the
-pages' `apcir run demo` reuses every stage, as it does for a reader who ran `make demo`. A block whose
-first line is ``# needs: ...`` names what it needs that the tests do not have, and is not run. A ``console`` block
-holds ``$ command`` lines, each followed by output that must appear in what the command prints (a ``...`` line
-skips any lines; ``...`` inside a line matches anything).
-"""
+"""The documentation site: its reference pages match the code, it builds with --strict, and every example is run
+(by the group modules tests/docs/test_examples_*.py; tests/docs/doc_examples.py says how)."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import re
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from shared import clean_env
+from doc_examples import DOCS, EXAMPLES, GROUPS, ROOT, group_of
 
-ROOT = Path(__file__).resolve().parents[2]
-DOCS = ROOT / "docs"
-RUNNABLE = ("bash", "python", "console")
 pytestmark = pytest.mark.slow
-
-
-def nav_pages() -> list[Path]:
-    import yaml
-
-    def walk(entry: object) -> list[str]:
-        if isinstance(entry, str):
-            return [entry]
-        if isinstance(entry, dict):
-            return [page for value in entry.values() for page in walk(value)]
-        if isinstance(entry, list):
-            return [page for item in entry for page in walk(item)]
-        return []
-
-    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
-    return [DOCS / page for page in walk(config["nav"])]
-
-
-@dataclass(frozen=True)
-class Block:
-    page: str
-    number: int
-    language: str
-    code: str
-
-    @property
-    def needs(self) -> str | None:
-        first = self.code.lstrip().splitlines()[0] if self.code.strip() else ""
-        return first.removeprefix("# needs:").strip() if first.startswith("# needs:") else None
-
-    @property
-    def id(self) -> str:
-        return f"{self.page}:{self.number}"
-
-
-def blocks() -> list[Block]:
-    found: list[Block] = []
-    for page in nav_pages():
-        text = page.read_text(encoding="utf-8")
-        for number, match in enumerate(re.finditer(r"^```(\w+)[^\n]*\n(.*?)^```\s*$", text, re.M | re.S), start=1):
-            found.append(Block(str(page.relative_to(DOCS)), number, match.group(1), match.group(2)))
-    return found
-
-
-EXAMPLES = [b for b in blocks() if b.language in RUNNABLE]
-
-
-@pytest.fixture(scope="session")
-def sandbox(tmp_path_factory, demo) -> tuple[Path, dict[str, str]]:
-    """The scratch directory, holding what `make demo` leaves (the suite's one demo run, tests/shared.py): the
-    pages' `apcir run demo` then does what it does after `make demo`, reuse every stage."""
-    where = demo.copy_into(tmp_path_factory.mktemp("docs-examples"))
-    return where, clean_env(where / ".cache" / "llm")
+HERE = Path(__file__).resolve().parent
 
 
 def test_the_examples_are_counted_and_the_unrun_ones_say_why():
@@ -91,55 +24,13 @@ def test_the_examples_are_counted_and_the_unrun_ones_say_why():
         print(f"  {block.id}: needs {block.needs}")
 
 
-def _run(command: str, sandbox: tuple[Path, dict[str, str]], language: str = "bash") -> subprocess.CompletedProcess[str]:
-    where, env = sandbox
-    argv = [sys.executable, "-c", command] if language == "python" else ["bash", "-e", "-o", "pipefail", "-c", command]
-    return subprocess.run(argv, cwd=where, env=env, capture_output=True, text=True, timeout=1500)
-
-
-def _matches(expected: list[str], output: str) -> bool:
-    """Each expected line, in order, in the output's lines (``...`` lines skip, ``...`` in a line is a wildcard)."""
-    lines = [line.rstrip() for line in output.splitlines()]
-    at = 0
-    for want in expected:
-        if want.strip() == "...":
-            continue
-        pattern = re.compile(".*".join(re.escape(part.strip()) for part in want.split("...")))
-        while at < len(lines) and not pattern.search(lines[at]):
-            at += 1
-        if at == len(lines):
-            return False
-        at += 1
-    return True
-
-
-@pytest.mark.parametrize("block", [b for b in EXAMPLES if b.needs is None], ids=lambda b: b.id)
-def test_example_runs(block: Block, sandbox):
-    if "apcir.llm.local_server" in block.code and importlib.util.find_spec("llama_cpp") is None \
-            and os.environ.get("APCIR_REQUIRE_LOCAL_LLM") != "1":
-        pytest.skip("llama.cpp's server is not installed (make setup LOCAL_LLM=0)")
-    if block.language != "console":
-        done = _run(block.code, sandbox, block.language)
-        assert done.returncode == 0, f"{block.id} failed:\n{block.code}\n--- stdout\n{done.stdout[-3000:]}\n" \
-                                     f"--- stderr\n{done.stderr[-3000:]}"
-        return
-    command: str | None = None
-    expected: list[str] = []
-    steps: list[tuple[str, list[str]]] = []
-    for line in block.code.splitlines():
-        if line.startswith("$ "):
-            if command is not None:
-                steps.append((command, expected))
-            command, expected = line[2:], []
-        elif command is not None and line.strip():
-            expected.append(line)
-    if command is not None:
-        steps.append((command, expected))
-    assert steps, f"{block.id}: a console block without a $ command"
-    for command, want in steps:
-        done = _run(command, sandbox)
-        output = done.stdout + done.stderr
-        assert _matches(want, output), f"{block.id}: `{command}` printed\n{output[-3000:]}\nexpected:\n" + "\n".join(want)
+def test_every_run_example_is_in_one_group_and_every_group_has_its_module():
+    run = [b for b in EXAMPLES if b.needs is None]
+    counts = {name: sum(1 for b in run if group_of(b.page) == name) for name in GROUPS}
+    assert sum(counts.values()) == len(run) and all(counts.values()), counts
+    for name in GROUPS:
+        module = (HERE / f"test_examples_{name}.py").read_text(encoding="utf-8")
+        assert f'examples_of("{name}")' in module, f"test_examples_{name}.py does not run the {name} group"
 
 
 def test_the_reference_pages_match_the_code():
