@@ -51,17 +51,15 @@ def test_the_ptkb_ranker_can_use_minilm():
 
 
 @pytest.mark.slow
-def test_the_demo_grid_gets_a_real_dense_row(demo, tmp_path, monkeypatch, run_cli):
+def test_the_demo_grid_gets_a_real_dense_row(small, tmp_path, monkeypatch, run_cli):
     """``demo-minilm`` (the bundled config) beside ``demo``: the report's retriever grid has a dense MiniLM row.
-    The SPLADE side reads the shared demo run's index (tests/shared.py); the dense index is built here."""
-    from apcir import datasets
+    Both run on the suite's small collection (four judged conversations' passages and 60 others, tests/conftest.py):
+    the SPLADE side reads its shared index, the dense index is built here."""
     from apcir.experiment.config import load_config, resolve_config_path, validate_config
     from apcir.experiment.pipeline import run_experiment
 
+    _, collection, splade_index, turns = small
     monkeypatch.chdir(tmp_path)
-    qrels = datasets.qrels("ikat23-test-provenance")
-    conversations = sorted({t.conversation_id for t in datasets.topics("ikat23-test") if t.turn_id in qrels})[:4]
-    turns = [t.turn_id for t in datasets.topics("ikat23-test") if t.conversation_id in conversations]
     dirs = []
     for name in ("demo", "demo-minilm"):
         path = resolve_config_path(name)
@@ -69,8 +67,8 @@ def test_the_demo_grid_gets_a_real_dense_row(demo, tmp_path, monkeypatch, run_cl
         data["turns"] = turns
         data["fusion"]["baselines"] = ["equal"]
         data["fusion"]["weights"] = {"source": "cv", "folds": 2, "step": 0.1}
-        if name == "demo":
-            data["retrieval"]["index"] = str(demo.index)
+        data["retrieval"]["collection"] = str(collection)
+        data["retrieval"]["index"] = str(splade_index if name == "demo" else tmp_path / "minilm-index")
         report = run_experiment(validate_config(data, path), progress=False)
         assert report.metrics is not None
         dirs.append(report.run_dir)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -25,10 +26,12 @@ def encoder() -> SpladeEncoder:
 
 
 @pytest.fixture(scope="module")
-def demo_indexes(tmp_path_factory, encoder) -> tuple[Path, Path]:
+def demo_indexes(tmp_path_factory, encoder, demo) -> tuple[Path, Path]:
+    """The demo collection's embedded splade-tiny index (a copy of the suite's demo run's: the same build, made
+    once per run) and a Lucene impact index from its vectors."""
     root = tmp_path_factory.mktemp("demo")
     embedded, impact = root / "embedded", root / "lucene-splade"
-    build_index("ikat23-provenance", "embedded", embedded, encoder=encoder, progress=False)
+    shutil.copytree(demo.index, embedded)
     build_index(
         "ikat23-provenance", "lucene-splade", impact, encoder=encoder, progress=False, vectors_from=embedded
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,15 +21,15 @@ pytest.importorskip("sentence_transformers")
 
 from apcir import datasets
 from apcir.contract.runs import load_run
-from apcir.retrieval import build_index
 from apcir.retrieval.location import parse_milvus
 from apcir.retrieval.milvus import PROGRESS, connect
 
 
 @pytest.fixture(scope="module")
-def embedded(tmp_path_factory) -> Path:
+def embedded(tmp_path_factory, demo) -> Path:
+    """The demo collection's embedded splade-tiny index: a copy of the suite's demo run's (the same build)."""
     out = tmp_path_factory.mktemp("embedded") / "index"
-    build_index("ikat23-provenance", "embedded", out, "splade-tiny", progress=False)
+    shutil.copytree(demo.index, out)
     return out
 
 
