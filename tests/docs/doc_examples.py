@@ -20,6 +20,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from shared import DemoRun, clean_env
@@ -155,3 +156,21 @@ def group_of(page: str) -> str:
 def examples_of(group: str) -> list[Block]:
     """The run examples of a group, in the site's page order."""
     return [b for b in EXAMPLES if b.needs is None and group_of(b.page) == group]
+
+
+def group_tests(group: str) -> tuple[Any, Any]:
+    """The module-scoped ``sandbox`` fixture and the parametrized ``test_example_runs`` of one group's module::
+
+        sandbox, test_example_runs = group_tests("indexes")
+    """
+
+    @pytest.fixture(scope="module")
+    def sandbox(tmp_path_factory: pytest.TempPathFactory, demo: DemoRun) -> tuple[Path, dict[str, str]]:
+        return make_sandbox(demo, tmp_path_factory.mktemp(f"docs-{group}"))
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("block", examples_of(group), ids=lambda b: b.id)
+    def test_example_runs(block: Block, sandbox: tuple[Path, dict[str, str]]) -> None:
+        check_example(block, sandbox)
+
+    return sandbox, test_example_runs

@@ -30,7 +30,7 @@ def test_every_run_example_is_in_one_group_and_every_group_has_its_module():
     assert sum(counts.values()) == len(run) and all(counts.values()), counts
     for name in GROUPS:
         module = (HERE / f"test_examples_{name}.py").read_text(encoding="utf-8")
-        assert f'examples_of("{name}")' in module, f"test_examples_{name}.py does not run the {name} group"
+        assert f'group_tests("{name}")' in module, f"test_examples_{name}.py does not run the {name} group"
 
 
 def test_the_reference_pages_match_the_code():

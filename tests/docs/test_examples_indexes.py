@@ -1,20 +1,7 @@
-"""The index-building pages (retrieval guide, sharding, GPUs): they encode the demo collection several times."""
+"""The index-building pages (retrieval guide, sharding, GPUs): they encode the demo collection several times.
 
-# How the examples run: tests/docs/doc_examples.py.
+How the examples run: tests/docs/doc_examples.py."""
 
-from __future__ import annotations
+from doc_examples import group_tests
 
-import pytest
-from doc_examples import Block, check_example, examples_of, make_sandbox
-
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def sandbox(tmp_path_factory, demo):
-    return make_sandbox(demo, tmp_path_factory.mktemp("docs-indexes"))
-
-
-@pytest.mark.parametrize("block", examples_of("indexes"), ids=lambda b: b.id)
-def test_example_runs(block: Block, sandbox):
-    check_example(block, sandbox)
+sandbox, test_example_runs = group_tests("indexes")
