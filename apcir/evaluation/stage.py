@@ -268,3 +268,25 @@ class EvaluateStage(Stage):
         self.metrics = metrics
         # unjudged turns: the next run asks the judge again (answers it already gave come from the cache)
         return StageResult(f"{len(self.systems)} systems on {qrels_name}", unfinished=unjudged)
+
+
+@dataclass
+class ReportStage(Stage):
+    """``report/``: the report of one run directory (:func:`apcir.evaluation.report.write_report`), redone when
+    the files it reads change: the metrics, the fusion record, the levels, the weights and the lists (the weight
+    landscape)."""
+
+    code: ClassVar[tuple[str, ...]] = ("apcir.fusion.systems", "apcir.metrics.significance")
+    files: list[Path]
+    out: Path = an_output()
+    run_dir: Path = not_an_input()
+    metrics: RunMetrics = not_an_input()
+
+    @property
+    def name(self) -> str:
+        return "report"
+
+    def run(self, context: StageContext) -> StageResult:
+        from apcir.evaluation.report import write_report
+
+        return StageResult(str(write_report([self.metrics], self.out.parent, run_dirs=[self.run_dir])))

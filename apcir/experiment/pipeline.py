@@ -280,21 +280,21 @@ def _run(exp: Experiment) -> RunReport:
 
 
 def _check_outputs(exp: Experiment, turns: list[Turn]) -> None:
-    """Validate the submission as the organisers would, write the report when there are metrics, and the page."""
-    from apcir.evaluation.report import write_report
-    from apcir.submission.stage import validate_submission
-
+    """Validate the submission as the organisers would, write the report when there are metrics, and the page
+    (each a stage: reused while what it reads is unchanged)."""
     config = exp.config
-    submission = exp.layout.submission(config.export.suffix)
-    problems = validate_submission(submission, turns, config.export.format, datasets.topics_year(config.topics))
+    validation = plan.validate(config, exp.layout, turns)
+    exp.run(validation)
+    problems = validation.problems
     exp.report.submission_problems = problems
     if problems:
-        exp.say(f"[yellow]warning:[/] {submission} has {len(problems)} problem(s):")
+        exp.say(f"[yellow]warning:[/] {validation.submission} has {len(problems)} problem(s):")
         for problem in problems[:20]:
             exp.say(f"  {problem}")
     else:
-        exp.say(f"submission {submission} passes the offline iKAT checks ({len(turns)} turns)")
+        exp.say(f"submission {validation.submission} passes the offline iKAT checks ({len(turns)} turns)")
     if exp.report.metrics is not None:
-        report = write_report([exp.report.metrics], exp.layout.report_dir, run_dirs=[exp.layout.root])
-        exp.say(f"report: {report}")
+        stage = plan.report(exp.layout, exp.report.metrics)
+        exp.run(stage)
+        exp.say(f"report: {stage.out}")
     exp.run(plan.inspect(exp.layout))

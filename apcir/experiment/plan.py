@@ -18,8 +18,8 @@ from apcir.contract.records import Turn
 from apcir.contract.reformulations import LIST_NAMES, ReformulationRecord
 from apcir.contract.weights import WeightsFile
 from apcir.evaluation.inspector import TEMPLATE, InspectStage
-from apcir.evaluation.results import RerankerInfo
-from apcir.evaluation.stage import EvaluateStage
+from apcir.evaluation.results import RerankerInfo, RunMetrics
+from apcir.evaluation.stage import EvaluateStage, ReportStage
 from apcir.experiment.config import ExperimentConfig
 from apcir.fusion.stage import FuseStage, TuneStage, tuning_variants
 from apcir.fusion.systems import PRIMARY, SYSTEMS
@@ -32,7 +32,7 @@ from apcir.responses.ptkb import BM25, PTKB_METHODS
 from apcir.responses.stage import PtkbStage, RespondStage
 from apcir.retrieval.registry import BACKENDS
 from apcir.retrieval.stage import RetrieveStage, resolved_dtype
-from apcir.submission.stage import ExportStage
+from apcir.submission.stage import ExportStage, ValidateStage
 
 
 def passages_file(config: ExperimentConfig) -> Path | None:
@@ -148,6 +148,18 @@ def evaluate(config: ExperimentConfig, layout: RunLayout, turns: list[Turn], rec
 def nugget_file(name: str) -> Path:
     """The file of a nugget set: bundled by name, or the path given."""
     return datasets.nuggets_file(name) if name in datasets.NUGGETS else Path(name).expanduser()
+
+
+def validate(config: ExperimentConfig, layout: RunLayout, turns: list[Turn]) -> ValidateStage:
+    return ValidateStage(layout.submission(config.export.suffix), datasets.topics_path(config.topics), turns,
+                         config.export.format, datasets.topics_year(config.topics))
+
+
+def report(layout: RunLayout, metrics: RunMetrics) -> ReportStage:
+    """The report reads the metrics, the fusion record, the levels, the weights and the lists of the run directory."""
+    sources = [layout.metrics, layout.fusion_record, layout.levels, layout.annotator_levels]
+    sources += sorted(layout.root.glob("weights*.json")) + list(layout.list_runs().values())
+    return ReportStage([p for p in sources if p.exists()], layout.report_dir / "report.md", layout.root, metrics)
 
 
 def inspect(layout: RunLayout) -> InspectStage:

@@ -152,6 +152,31 @@ def validate_submission(path: Path, turns: list[Turn], fmt: str | None = None,
 
 
 @dataclass
+class ValidateStage(Stage):
+    """The offline iKAT checks of an experiment's submission (:func:`validate_submission`). A submission that
+    passes is not checked again until it (or the topics, or the checks) change; one with problems is checked
+    again by every run, which prints them again."""
+
+    submission: Path
+    topics: Path
+    turns: list[Turn]
+    format: str
+    year: int | None
+    problems: list[str] = not_an_input(default_factory=list)
+    """Set by :meth:`run`."""
+
+    @property
+    def name(self) -> str:
+        return "validate"
+
+    def run(self, context: StageContext) -> StageResult:
+        self.problems = validate_submission(self.submission, self.turns, self.format, self.year)
+        if self.problems:
+            return StageResult(f"{len(self.problems)} problem(s)", unfinished=True)
+        return StageResult(f"passes the offline iKAT checks ({len(self.turns)} turns)")
+
+
+@dataclass
 class ExportStage(Stage):
     """``submission.json`` (or ``.jsonl``): the final run, responses and PTKB provenance in the year's format."""
 

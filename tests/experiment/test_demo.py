@@ -30,7 +30,7 @@ def outputs(demo):
 def test_the_shared_demo_run_was_one_fresh_offline_run(demo):
     """`apcir run demo` on an empty folder: every stage ran, no LLM request (the heuristic reformulator and the
     extractive responder are offline), the submission checked."""
-    assert "this run: 0 LLM requests, " in demo.log and "0 of 11 stages reused" in demo.log, demo.log[-2000:]
+    assert "this run: 0 LLM requests, " in demo.log and "0 of 13 stages reused" in demo.log, demo.log[-2000:]
     assert "submission runs/demo/submission.json passes the offline iKAT checks (332 turns)" in demo.log
 
 

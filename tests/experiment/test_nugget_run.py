@@ -40,6 +40,6 @@ def test_a_run_scores_its_responses_against_nuggets(small, tmp_path):
     nuggets.write_text(json.dumps({"turn_id": first, "nugget_id": "1", "text": words}) + "\n"
                        + json.dumps({"turn_id": second, "nugget_id": "1", "text": "xxxx yyyy never said"}) + "\n")
     again = run_experiment(config, progress=False)
-    assert [o.name for o in again.outcomes if o.ran] == ["evaluate", "inspect"]
+    assert [o.name for o in again.outcomes if o.ran] == ["evaluate", "report", "inspect"]
     assert again.metrics.responses.nuggets.covered[first] == ["1"]
     assert again.metrics.responses.measures["nugget recall"] == 0.5

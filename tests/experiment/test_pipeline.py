@@ -66,7 +66,7 @@ def test_second_run_makes_no_llm_requests_and_no_retrieval_calls(small, tmp_path
         assert second.metrics == metrics
 
         changed = run_experiment(config(small, server, norm="max"), progress=False)
-        assert [o.name for o in changed.outcomes if o.ran] == ["fuse", "respond", "export", "evaluate", "inspect"]
+        assert [o.name for o in changed.outcomes if o.ran] == ["fuse", "respond", "export", "evaluate", "validate", "report", "inspect"]
         assert server.count == len(chosen)
 
 
