@@ -30,8 +30,9 @@ from apcir.errors import ApcirError
 from apcir.ids import canonical_turn_id
 from apcir.io import atomic_write, columns, decode, read_bytes
 
-GZIP_LEVEL = 6
-"""zlib level of ``.run.gz`` files: about 4x smaller than the text."""
+GZIP_LEVEL = 1
+"""zlib level of ``.run.gz`` files: about 3.6x smaller than the text, written 3.5x faster than at level 6 (whose
+files are 10% smaller: a demo list of 282,005 lines, 20.9 MB as text, is 5.7 MB at level 1 and 5.2 MB at 6)."""
 ORDER = "score as a 32-bit float descending, ties by passage id descending (trec_eval's order)"
 
 

@@ -23,7 +23,6 @@ from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
-from scipy import stats
 
 TestName = Literal["t-test", "randomisation", "bootstrap"]
 CorrectionName = Literal["none", "bonferroni", "holm"]
@@ -133,6 +132,8 @@ def paired_p(a: np.ndarray, b: np.ndarray, settings: SignificanceSettings) -> fl
     if diff.size < 2 or not np.any(diff):
         return 1.0
     if settings.test == "t-test":
+        from scipy import stats  # here, not at import: scipy.stats takes about a second to import
+
         p = float(stats.ttest_rel(a, b).pvalue)
         return 1.0 if math.isnan(p) else p
     rng = np.random.default_rng(settings.seed)
