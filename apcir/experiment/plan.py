@@ -66,13 +66,14 @@ def fuse(config: ExperimentConfig, layout: RunLayout, index: Path, turns: list[T
          given: dict[str, WeightsFile] | None) -> FuseStage:
     qrels = config.evaluation.qrels
     third = layout.query_vectors(layout.list_run("third"))
+    vectors = [layout.query_vectors(path) for path in layout.lists().values()]
     return FuseStage(
         config.name, list(layout.lists().values()),
         layout.annotator_levels if config.fusion.levels == ANNOTATORS else layout.levels, config.fusion,
         datasets.qrels_path(qrels) if qrels else None, qrels, config.evaluation.rel_threshold, layout.reformulations,
         datasets.topics_path(config.topics), weights_files, index, config.retrieval.backend,
         config.retrieval.encoder if config.retrieval.uses_encoder else "tfidf", third if third.exists() else None,
-        passages_file(config), layout, turns, records, given)
+        passages_file(config), [p if p.exists() else None for p in vectors], layout, turns, records, given)
 
 
 def rerank(config: ExperimentConfig, layout: RunLayout, settings: RerankSettings, record: FusionRecord, index: Path,

@@ -117,10 +117,15 @@ def text_inputs(inputs: SystemInputs, turns: Sequence[Turn], records: dict[str, 
 
 
 def qr_fusion_run(context: StageContext, records: dict[str, ReformulationRecord],
-                  turn_weights: dict[str, tuple[float, ...]], depth: int, backend_name: str) -> Run | None:
-    """Query-representation fusion: each turn's three query vectors summed with its APCIR weights, one search."""
+                  turn_weights: dict[str, tuple[float, ...]], depth: int, backend_name: str,
+                  list_vectors: Sequence[Path | None] = ()) -> Run | None:
+    """Query-representation fusion: each turn's three query vectors summed with its APCIR weights, one search.
+
+    ``list_vectors``: the query vectors each list's retrieval saved (``lists/<name>.qvec.npz``, in the lists'
+    order, None where there are none): a SPLADE index sums those instead of encoding the three inputs again."""
     from apcir.retrieval.backends import can_encode
     from apcir.retrieval.representation import search_fused_representation
+    from apcir.retrieval.stage import load_query_vectors
 
     backend = context.backend()
     if not (callable(getattr(backend, "search_vectors", None)) and can_encode(backend)):  # sparse or dense vectors
@@ -128,7 +133,10 @@ def qr_fusion_run(context: StageContext, records: dict[str, ReformulationRecord]
         return None
     inputs = {t: [r.list_inputs()[name] for name in LIST_NAMES] for t, r in records.items()
               if r.output is not None and t in turn_weights}
-    run = search_fused_representation(backend, inputs, turn_weights, k=depth, progress=context.progress)
+    sparse = getattr(getattr(backend, "encoder", None), "kind", "") == "splade"  # the vectors are stored sparse
+    stored = [load_query_vectors(p) if sparse and p is not None and p.exists() else None for p in list_vectors]
+    run = search_fused_representation(backend, inputs, turn_weights, k=depth, progress=context.progress,
+                                      stored=stored)
     context.counts.retrieval_calls += len(run)
     return run
 
@@ -218,6 +226,9 @@ class FuseStage(Stage):
     """What encodes texts for entropy and DEPS: the index's model, or ``tfidf``."""
     query_vectors: Path | None
     passages: Path | None
+    list_vectors: list[Path | None]
+    """The query vectors of each list's retrieval (``lists/<name>.qvec.npz``; None: not saved), summed by
+    qr-fusion."""
     layout: RunLayout = not_an_input()
     turns: list[Turn] = not_an_input()
     records: dict[str, ReformulationRecord] = not_an_input()
@@ -259,7 +270,8 @@ class FuseStage(Stage):
                 text_inputs(inputs, self.turns, self.records, context, stored, needs)
             systems.update(fixed_systems(inputs, fixed))
         for name in of_kind(names, "representation"):
-            fused_query = qr_fusion_run(context, self.records, tuned.turn_weights, self.fusion.depth, self.backend)
+            fused_query = qr_fusion_run(context, self.records, tuned.turn_weights, self.fusion.depth, self.backend,
+                                        self.list_vectors)
             if fused_query is not None:
                 systems[name] = fused_query
         for name, run in systems.items():

@@ -46,11 +46,14 @@ def search_fused_representation(
     k: int = 1000,
     *,
     progress: bool = True,
+    stored: Sequence[Mapping[str, Any] | None] = (),
 ) -> Run:
     """One search per turn with the weighted sum of its inputs' query vectors.
 
     ``inputs``: turn -> its N retrieval inputs (q', q'+r', third); ``weights``:
-    turn -> N weights. Turns without weights are left out.
+    turn -> N weights. Turns without weights are left out. ``stored``: for input i, the vectors the retrieval of
+    its list already encoded (``{turn: 1 x vocabulary row}``, :func:`apcir.retrieval.stage.load_query_vectors`),
+    used instead of encoding input i again when they hold every turn.
     """
     encoder: Any = getattr(backend, "encoder", None)
     search_vectors = getattr(backend, "search_vectors", None)
@@ -65,7 +68,13 @@ def search_fused_representation(
     if len(sizes) != 1:
         raise ApcirError(f"every turn needs as many inputs as weights (found sizes {sorted(sizes)})")
     n = sizes.pop()
-    blocks = [encoder.encode_queries([inputs[t][i] for t in turn_ids], progress=progress,
-                                     description=f"encoding queries ({i + 1}/{n})") for i in range(n)]
+    blocks = []
+    for i in range(n):
+        kept = stored[i] if i < len(stored) else None
+        if kept is not None and all(t in kept for t in turn_ids):
+            blocks.append(sp.vstack([kept[t] for t in turn_ids], format="csr", dtype=np.float32))
+        else:
+            blocks.append(encoder.encode_queries([inputs[t][i] for t in turn_ids], progress=progress,
+                                                 description=f"encoding queries ({i + 1}/{n})"))
     matrix = np.array([[float(w) for w in weights[t]] for t in turn_ids], dtype=np.float64)
     return search_vectors(turn_ids, weighted_sum(blocks, matrix), k, progress=progress)  # type: ignore[no-any-return]
