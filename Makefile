@@ -44,7 +44,7 @@ SIMAPI_PYTHON ?= $(shell python3.12 -c '' >/dev/null 2>&1 && echo python3.12 || 
 # The test suite runs on two workers (pytest-xdist); `make test PYTEST_WORKERS=0` runs it in one process.
 PYTEST_WORKERS   ?= 2
 
-.PHONY: setup setup-demo simapi milvus-server test test-fast demo demo-llm bench lint docs clean
+.PHONY: setup setup-demo setup-test simapi milvus-server test test-fast demo demo-llm bench lint docs clean
 
 setup: $(TEST_STAMP)
 
@@ -93,10 +93,19 @@ $(TEST_STAMP): pyproject.toml Makefile
 	touch $(DEMO_STAMP) $(DOCS_STAMP) $(LLM_STAMP) $@
 	touch $(MILVUS_STAMP)
 
+# What the suite needs: every part (setup), the Milvus server and the organisers' server's environment (simapi), the
+# latter built in the background meanwhile (its own virtual environment and pip: about 15 s of one core that the
+# main install, mostly one core too, does not wait for); its output follows the main install's.
+setup-test:
+	@log=$$(mktemp); $(MAKE) --no-print-directory simapi >$$log 2>&1 & simapi=$$!; \
+	$(MAKE) --no-print-directory setup milvus-server; main=$$?; \
+	wait $$simapi; side=$$?; cat $$log; rm -f $$log; \
+	test $$main = 0 && test $$side = 0
+
 # The whole suite, nothing skipped, on $(PYTEST_WORKERS) workers (docs/development.md, The tests: how tests share the
 # demo run and the indexes between workers). The suite includes what `make docs` does (tests/docs: the reference
 # pages match the code, the site builds with --strict) and runs every example of the docs.
-test: setup simapi milvus-server
+test: setup-test
 	$(PY) -m pytest -q $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 # The documentation site: the generated reference pages must match the code, then a strict build (no broken
@@ -106,7 +115,7 @@ docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
 
 # The edit-test loop: every module of apcir, none of the slow tests (docs/development.md says what it covers).
-test-fast: setup simapi milvus-server
+test-fast: setup-test
 	$(PY) -m pytest -q -m "not slow" $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 # The main job on the embedded default, offline: the `heuristic` reformulator and the extractive
