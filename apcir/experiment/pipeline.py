@@ -228,8 +228,12 @@ def run_experiment(config: ExperimentConfig, console: Console | None = None, pro
         set_crash_log_dir(layout.root)
         for stale in remove_stale_temporaries(layout.root, recursive=True):
             warn(f"removed {stale}, a temporary file left by an apcir process that was killed")
-        # Left set when _run raises: whoever reports the crash writes its traceback there.
-        report = _run(Experiment(config, console or Console(), progress))
+        try:
+            report = _run(Experiment(config, console or Console(), progress))
+        except (ApcirError, KeyboardInterrupt):
+            set_crash_log_dir(None)  # the user's to fix, or an interrupt: no traceback to keep here
+            raise
+        # Left set when _run raises anything else (a bug): whoever reports the crash writes its traceback there.
         set_crash_log_dir(None)
         return report
 

@@ -160,7 +160,7 @@ class ValidateStage(Stage):
     submission: Path
     topics: Path
     turns: list[Turn]
-    format: str
+    format: str | None
     year: int | None
     problems: list[str] = not_an_input(default_factory=list)
     """Set by :meth:`run`."""

@@ -827,3 +827,17 @@ def test_a_ctrl_c_swallowed_by_a_finalizer_is_delivered_again(monkeypatch):
         Finalised()  # dropped at once: Python discards its KeyboardInterrupt, the hook delivers it again
         for _ in range(200):
             time.sleep(0.005)
+
+
+def test_a_run_stopped_by_the_users_error_leaves_internal_errors_to_the_temporary_folder(run_cli, tmp_path):
+    """`apcir run` writes the traceback of a bug into its run directory while it runs; a run that stops on the
+    user's error (exit 2) does not leave that set for what the same process does next (a notebook, the tests)."""
+    from apcir.errors import crash_log_path
+
+    config = tmp_path / "exp.toml"
+    config.write_text('name = "x"\ntopics = "ikat23-test"\nturns = ["99-9_9"]\n'
+                      '[evaluation]\nqrels = "ikat23-test-provenance"\n')
+    code, _, err = run_cli("run", str(config), "--output-dir", str(tmp_path / "run"), "--no-progress")
+    assert code == 2 and "99-9_9" in err, err
+    assert (tmp_path / "run" / "config.json").exists()  # it stopped inside the run directory
+    assert crash_log_path().parent.name == "apcir-errors"
