@@ -38,16 +38,29 @@ def _environment(monkeypatch, tmp_path):
     monkeypatch.setenv("APCIR_CACHE_DIR", str(tmp_path / "cache"))
 
 
+PASSAGE_WORDS = 60
+"""Words kept of each passage in :func:`passages`' collection: the prompts stay the real ones, with a fraction of
+the tokens to evaluate (llama.cpp on one thread evaluates about 170 prompt tokens a second here)."""
+
+
 @pytest.fixture(scope="module")
 def passages(tmp_path_factory):
-    """A run over the bundled collection: for each of the first turns, 10 passages, and their collection."""
-    ids = sorted(p.id for p in datasets.iter_collection(datasets.collection_path("ikat23-provenance")))[:40]
+    """A run over the bundled collection's passages, cut to their first :data:`PASSAGE_WORDS` words (a collection
+    JSONL beside the run, ``collection.jsonl``): for each of the first turns, 10 passages."""
+    chosen = sorted(datasets.iter_collection(datasets.collection_path("ikat23-provenance")), key=lambda p: p.id)[:40]
     base = tmp_path_factory.mktemp("local-llm")
+    (base / "collection.jsonl").write_text("".join(
+        json.dumps({"id": p.id, "contents": " ".join(p.contents.split()[:PASSAGE_WORDS])}) + "\n" for p in chosen))
+    ids = [p.id for p in chosen]
     run = base / "run.trec"
     turns = TURNS.split(",") + FIRST.split(",")[1:]
     run.write_text("".join(f"{t} Q0 {pid} {r + 1} {10 - r} first\n" for i, t in enumerate(turns)
                            for r, pid in enumerate(ids[i * 5: i * 5 + 10])))
     return run
+
+
+def _collection(run) -> str:
+    return str(run.parent / "collection.jsonl")
 
 
 def _requests(summary: dict) -> int:
@@ -79,9 +92,9 @@ def test_rankgpt_on_one_turn_with_the_real_server(server, passages, tmp_path, ru
     run.write_text("".join(line + "\n" for line in passages.read_text().splitlines()
                            if line.split()[0] == "9-1_2"))
     out = tmp_path / "reranked.run"
-    args = ["rerank", "-r", str(run), "-q", str(queries), "-c", "ikat23-provenance", "--reranker", "rankgpt",
+    args = ["rerank", "-r", str(run), "-q", str(queries), "-c", _collection(passages), "--reranker", "rankgpt",
             "--model", "smollm2", "--base-url", server.url, "--window", "5", "--step", "2", "--depth", "10",
-            "--max-tokens", "80", "-o", str(out), "--no-progress", "--json"]
+            "--max-tokens", "80", "--max-words", "40", "-o", str(out), "--no-progress", "--json"]
     code, stdout, err = run_cli(*args)
     summary = json.loads(stdout)
     assert code in (0, 1), err  # 1: a window whose answer named no passage kept its order (counted)
@@ -117,7 +130,7 @@ def test_respond_three_turns_with_the_real_server(server, passages, tmp_path, ru
 def test_judge_three_turns_with_the_real_server(server, passages, tmp_path, run_cli):
     responses = tmp_path / "responses.jsonl"
     assert run_cli("respond", str(passages), "-t", "ikat23-test", "--turns", FIRST, "--collection",
-                   "ikat23-provenance", "-o", str(responses), "--no-progress")[0] == 0  # extractive
+                   _collection(passages), "-o", str(responses), "--no-progress")[0] == 0  # extractive
     out = tmp_path / "judged.json"
     args = ["evaluate-responses", str(responses), "-t", "ikat23-test", "--judge", "smollm2", "--base-url",
             server.url, "-o", str(out), "--json"]
@@ -262,7 +275,7 @@ def test_pathways_of_thoughts_on_a_first_turn_with_the_real_server(server, passa
     cache = tmp_path / "cache"
 
     def respond(out, n):
-        args = ["respond", str(passages), "-t", "ikat23-test", "--turns", one, "--collection", "ikat23-provenance",
+        args = ["respond", str(passages), "-t", "ikat23-test", "--turns", one, "--collection", _collection(passages),
                 "--responder", "pathways:smollm2", "--pathways", str(n), "--max-actions", "4", "--base-url",
                 server.url, "--top-k", "3", "--max-words", "60", "--max-tokens", "160", "--cache-dir", str(cache),
                 "-o", str(out), "--no-progress", "--json"]
