@@ -152,6 +152,18 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+TEST_BCRYPT_ROUNDS = 4
+"""bcrypt's lowest cost, for the tests' team tokens (:meth:`SimApi.issue_token`)."""
+REHASH = ("import base64, sqlite3, sys\n"
+          "from passlib.hash import bcrypt\n"
+          "db, team, token, rounds = sys.argv[1:]\n"
+          "hashed = bcrypt.using(rounds=int(rounds)).hash(base64.b64decode(token).decode())\n"
+          "with sqlite3.connect(db) as connection:\n"
+          "    changed = connection.execute('UPDATE teams SET token = ? WHERE id = ?', (hashed, team)).rowcount\n"
+          "sys.exit(0 if changed == 1 else f'team {team!r} not found in {db}')\n")
+"""Run by the server's interpreter: the team's stored hash, made again from its token at the given cost."""
+
+
 @dataclass
 class SimApi:
     """One running server: its base URL (what ``apcir converse --api`` takes) and its admin."""
@@ -161,6 +173,8 @@ class SimApi:
     workdir: Path
     password: str
     log: Path
+    python: Path
+    """The server's environment's interpreter (passlib is there)."""
 
     @property
     def root(self) -> str:
@@ -170,13 +184,23 @@ class SimApi:
     def url(self) -> str:
         return self.root
 
-    def issue_token(self, team: str) -> str:
-        """A new team's token, through ``auth/issue-token`` (HTTP basic auth as the admin)."""
+    def issue_token(self, team: str, *, bcrypt_rounds: int | None = TEST_BCRYPT_ROUNDS) -> str:
+        """A new team's token, through ``auth/issue-token`` (HTTP basic auth as the admin).
+
+        The server stores the token's bcrypt hash at passlib's default cost (12 rounds) and checks every request's
+        token against every team's hash, about 0.2 s of CPU a team and request here. With ``bcrypt_rounds``, the
+        stored hash of this same token is then made again at that cost in the server's database (the same scheme;
+        the server's check reads the cost from the hash), so a request's check takes milliseconds; None keeps the
+        server's own hash."""
         basic = base64.b64encode(f"admin:{self.password}".encode()).decode()
         request = urllib.request.Request(f"{self.root}auth/issue-token?name={team}",
                                          headers={"Authorization": f"Basic {basic}"})
         with urllib.request.urlopen(request, timeout=60) as reply:
-            return str(json.loads(reply.read())["token"])
+            token = str(json.loads(reply.read())["token"])
+        if bcrypt_rounds is not None:
+            subprocess.run([str(self.python), "-c", REHASH, str(self.workdir / "database" / "dummy.db"), team, token,
+                            str(bcrypt_rounds)], check=True, capture_output=True, timeout=60)
+        return token
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -211,7 +235,7 @@ def start(workdir: Path, *, venv: Path = VENV, tries: int = 3, seconds: float = 
             process = subprocess.Popen([str(python), str(vendor / LAUNCHER), "--workdir", str(folder), "--port",
                                         str(port), "--admin-password", password, "--shared-task", "dummy"],
                                        stdout=out, stderr=subprocess.STDOUT, env=env, cwd=workdir)
-        server = SimApi(process, port, folder, password, log)
+        server = SimApi(process, port, folder, password, log, python)
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline and process.poll() is None:
             try:
