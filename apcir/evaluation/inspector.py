@@ -19,7 +19,7 @@ by the per-turn difference, and shows the two rankings side by side with the jud
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from typing import Any
 from apcir import datasets
 from apcir.contract.fusion import load_fusion_record
 from apcir.contract.layout import RunLayout
+from apcir.contract.records import Run
 from apcir.contract.reformulations import LIST_NAMES, load_reformulations
 from apcir.contract.responses import load_responses
 from apcir.contract.runs import load_run, ranking
@@ -99,8 +100,9 @@ def _texts(run_dir: Path, config: dict[str, Any], ids: Iterable[str]) -> dict[st
         return {}
 
 
-def gather(run_dirs: list[Path]) -> dict[str, Any]:
-    """The page's data: every turn of every run directory, in the topics' order."""
+def gather(run_dirs: list[Path], read_run: Callable[[Path], Run] = load_run) -> dict[str, Any]:
+    """The page's data: every turn of every run directory, in the topics' order. ``read_run`` reads a run file
+    (an experiment's stage passes the runs it wrote in this process, as they were written)."""
     if not run_dirs:
         raise ApcirError("give at least one run directory")
     runs: list[dict[str, Any]] = []
@@ -125,10 +127,10 @@ def gather(run_dirs: list[Path]) -> dict[str, Any]:
             if (run_dir / "reformulations.jsonl").exists() else {}
         layout = RunLayout(run_dir)
         on_disk = layout.list_runs()
-        lists = {f: load_run(on_disk[f]) for f in LIST_NAMES if f in on_disk}
+        lists = {f: read_run(on_disk[f]) for f in LIST_NAMES if f in on_disk}
         record = load_fusion_record(layout.fusion_record) if layout.fusion_record.exists() else None
-        systems = {name: load_run(path) for name, path in layout.system_runs(record).items()}
-        fused = load_run(run_dir / "fused.run") if (run_dir / "fused.run").exists() else systems.get("apcir", {})
+        systems = {name: read_run(path) for name, path in layout.system_runs(record).items()}
+        fused = read_run(run_dir / "fused.run") if (run_dir / "fused.run").exists() else systems.get("apcir", {})
         responses = load_responses(run_dir / "responses.jsonl") if (run_dir / "responses.jsonl").exists() else {}
         pathways = _pathways(run_dir / "responses.pathways.jsonl")
         measures = metrics.measures if metrics is not None else []
@@ -196,9 +198,9 @@ def _trimmed(text: str) -> str:
     return text[:TEXT_CHARS] + ("..." if len(text) > TEXT_CHARS else "")
 
 
-def write_inspector(run_dirs: list[Path], out: Path) -> Path:
-    """Write the page for ``run_dirs`` to ``out``; returns it."""
-    data = gather(run_dirs)
+def write_inspector(run_dirs: list[Path], out: Path, read_run: Callable[[Path], Run] = load_run) -> Path:
+    """Write the page for ``run_dirs`` to ``out``; returns it (``read_run``: see :func:`gather`)."""
+    data = gather(run_dirs, read_run)
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
     title = " vs ".join(r["name"] for r in data["runs"])
     write_text(out, PAGE.replace("__TITLE__", _escape(title)).replace("__DATA__", payload))
@@ -226,7 +228,7 @@ class InspectStage(Stage):
         return "inspect"
 
     def run(self, context: StageContext) -> StageResult:
-        return StageResult(str(write_inspector([self.run_dir], self.out)))
+        return StageResult(str(write_inspector([self.run_dir], self.out, context.read_run)))
 
 
 TEMPLATE = Path(__file__).with_name("inspector.html")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -141,10 +141,12 @@ def _xy(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return weights[:, 1] + weights[:, 2] / 2, weights[:, 2] * math.sqrt(3) / 2
 
 
-def weight_landscape(run: RunMetrics, run_dir: Path, out: Path, step: str = "0.02") -> list[Path]:
+def weight_landscape(run: RunMetrics, run_dir: Path, out: Path, step: str = "0.02",
+                     read_run: Callable[[Path], Any] | None = None) -> list[Path]:
     """The tuning objective per level over the simplex (every judged turn of the level: a tuned-on-test view of
     the surface), with the weights of ``weights.json``, equal weights and the paper's marked, and the weights
-    chosen in the bootstrap resamples of ``weights.json``'s evidence (dot size: how often)."""
+    chosen in the bootstrap resamples of ``weights.json``'s evidence (dot size: how often). ``read_run`` reads
+    the three lists (default: from their files; an experiment's stage passes the runs it holds)."""
     from apcir import datasets
     from apcir.contract.fusion import load_fusion_record
     from apcir.contract.layout import RunLayout
@@ -166,7 +168,7 @@ def weight_landscape(run: RunMetrics, run_dir: Path, out: Path, step: str = "0.0
         return []
     levels = load_levels(levels_file)
     qrels = datasets.qrels(run.qrels)
-    runs = [load_run(p) for p in lists]
+    runs = [(read_run or load_run)(p) for p in lists]
     turns = sorted(t for t in set().union(*runs) if t in qrels)
     search = GridSearch(runs, qrels, turns, ",".join(weights.objective), step=step, norm=weights.norm,
                         depth=weights.depth, rel_threshold=weights.rel_threshold)

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from apcir.evaluation.plots import write_figure
 from apcir.evaluation.responses import ResponseMetrics
@@ -325,8 +326,10 @@ def plot_grid(runs: list[RunMetrics], out: Path, system: str = "apcir") -> Path:
     return path
 
 
-def figures(runs: list[RunMetrics], out: Path, baseline: str, run_dirs: Sequence[Path]) -> list[str]:
-    """The paper-ready figures (PNG and PDF) of each run, as Markdown lines."""
+def figures(runs: list[RunMetrics], out: Path, baseline: str, run_dirs: Sequence[Path],
+            read_run: Callable[[Path], Any] | None = None) -> list[str]:
+    """The paper-ready figures (PNG and PDF) of each run, as Markdown lines (``read_run``: how the weight
+    landscape reads the lists; default from their files)."""
     from apcir.evaluation import plots
 
     parts = ["## Figures (PNG and PDF)", ""]
@@ -344,7 +347,7 @@ def figures(runs: list[RunMetrics], out: Path, baseline: str, run_dirs: Sequence
         if primary in run.systems and EQUAL in run.systems:
             drawn += plots.tuned_vs_equal(run, out, measure)
         if n < len(run_dirs):
-            drawn += plots.weight_landscape(run, run_dirs[n], out)
+            drawn += plots.weight_landscape(run, run_dirs[n], out, read_run=read_run)
         parts += [f"![{p.stem}]({p.name})" for p in drawn if p.suffix == ".png"] + [""]
     return parts
 
@@ -457,9 +460,11 @@ class _Numbering:
 
 
 def write_report(runs: list[RunMetrics], out: Path, baseline: str | None = None,
-                 significance: SignificanceSettings | None = None, run_dirs: Sequence[Path] = ()) -> Path:
+                 significance: SignificanceSettings | None = None, run_dirs: Sequence[Path] = (),
+                 read_run: Callable[[Path], Any] | None = None) -> Path:
     """Write ``report.md`` (its tables also as CSV and LaTeX under ``tables/``, and plots) into ``out``; returns
-    the Markdown file. ``significance``: the test, correction and alpha (default: the first run's config's)."""
+    the Markdown file. ``significance``: the test, correction and alpha (default: the first run's config's);
+    ``read_run``: how run files are read (default from disk; an experiment's stage passes the runs it holds)."""
     out.mkdir(parents=True, exist_ok=True)
     baseline = baseline or runs[0].baseline
     settings = significance or runs[0].significance
@@ -541,7 +546,7 @@ def write_report(runs: list[RunMetrics], out: Path, baseline: str | None = None,
         parts += ["## PTKB statement ranking", "", *ptkb_section(runs, out)]
     for path in plot_levels(runs, out):
         parts += [f"![{path.stem}]({path.name})", ""]
-    parts += figures(runs, out, baseline, run_dirs)
+    parts += figures(runs, out, baseline, run_dirs, read_run)
     report = out / "report.md"
     write_text(report, "\n".join(parts))
     return report

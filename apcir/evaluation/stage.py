@@ -289,4 +289,5 @@ class ReportStage(Stage):
     def run(self, context: StageContext) -> StageResult:
         from apcir.evaluation.report import write_report
 
-        return StageResult(str(write_report([self.metrics], self.out.parent, run_dirs=[self.run_dir])))
+        return StageResult(str(write_report([self.metrics], self.out.parent, run_dirs=[self.run_dir],
+                                            read_run=context.read_run)))

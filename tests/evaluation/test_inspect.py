@@ -39,11 +39,13 @@ def two_runs(small, tmp_path_factory):
     return dirs
 
 
-def test_apcir_run_writes_the_inspector_and_its_data_is_complete(two_runs):
-    from apcir.evaluation.inspector import gather
+def test_apcir_run_writes_the_inspector_and_its_data_is_complete(two_runs, tmp_path):
+    from apcir.evaluation.inspector import gather, write_inspector
 
     page = two_runs[0] / "inspect.html"
     assert page.exists() and "<script" in page.read_text() and "http" not in page.read_text().split("<script")[0]
+    # the run's stage took the runs it had just written from memory; read from their files, the page is the same
+    assert write_inspector([two_runs[0]], tmp_path / "again.html").read_bytes() == page.read_bytes()
     data = gather([two_runs[0]])
     judged = [t for t in data["turns"] if t["judged"]]
     assert judged
