@@ -18,12 +18,14 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from shared import DemoRun, clean_env
+from zygote import Zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -165,8 +167,10 @@ def group_tests(group: str) -> tuple[Any, Any]:
     """
 
     @pytest.fixture(scope="module")
-    def sandbox(tmp_path_factory: pytest.TempPathFactory, demo: DemoRun) -> tuple[Path, dict[str, str]]:
-        return make_sandbox(demo, tmp_path_factory.mktemp(f"docs-{group}"))
+    def sandbox(tmp_path_factory: pytest.TempPathFactory, demo: DemoRun) -> Iterator[tuple[Path, dict[str, str]]]:
+        where, env = make_sandbox(demo, tmp_path_factory.mktemp(f"docs-{group}"))
+        with Zygote(tmp_path_factory.mktemp(f"zygote-{group}"), env, where) as zygote:
+            yield where, {**env, "PATH": zygote.path}
 
     @pytest.mark.slow
     @pytest.mark.parametrize("block", examples_of(group), ids=lambda b: b.id)

@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from fake_openai import FakeOpenAI
+from fake_openai import FakeOpenAI, Reply
 
 import apcir
 from apcir.live.server import Faults, Simulation, SimulationServer
@@ -42,7 +42,8 @@ def test_kill_9_at_three_points_and_the_same_command_finishes(small, tmp_path):
     faults = Faults(hang_unrecorded={3}, hang_after_record={6}, seconds=4.0)
     simulation = Simulation(lambda: replay_sessions(turns), TOKEN, log=tmp_path / "users.jsonl", faults=faults,
                             send_ptkb=True)  # the users' PTKB, which the fake LLM's answers name (ptkb_used)
-    with FakeOpenAI(delay=1.5) as llm, SimulationServer(simulation) as server:
+    with FakeOpenAI() as llm, SimulationServer(simulation) as server:
+        llm.queue(Reply(), Reply(delay=1.5))  # the second request is still in flight when the first kill comes
         config = tmp_path / "live.toml"
         config.write_text(
             f'name = "k9"\n[reformulator]\nmethod = "gpt-test"\nbase_url = "{llm.url}"\n'
