@@ -8,7 +8,8 @@ page can use what an earlier page of its group made), one test module per group 
 demo` reuses every stage, as it does for a reader who ran `make demo`. A block whose first line is
 ``# needs: ...`` names what it needs that the tests do not have, and is not run. A ``console`` block holds
 ``$ command`` lines, each followed by output that must appear in what the command prints (a ``...`` line skips
-any lines; ``...`` inside a line matches anything).
+any lines; ``...`` inside a line matches anything). The group's ``apcir`` commands run through a pre-imported
+process (tests/docs/zygote.py), each still a process of its own.
 """
 
 from __future__ import annotations
