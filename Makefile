@@ -54,7 +54,7 @@ SIMAPI_PYTHON ?= $(shell python3.12 -c '' >/dev/null 2>&1 && echo python3.12 || 
 # The test suite runs on two workers (pytest-xdist); `make test PYTEST_WORKERS=0` runs it in one process.
 PYTEST_WORKERS   ?= 2
 
-.PHONY: setup setup-demo setup-test simapi milvus-server test test-fast demo demo-llm bench lint docs clean
+.PHONY: setup setup-demo setup-test simapi milvus-server browser test test-fast demo demo-llm bench lint docs clean
 
 setup: $(TEST_STAMP)
 
@@ -91,6 +91,20 @@ $(MILVUS_STAMP): $(DEMO_STAMP)
 	$(INSTALL) "$(MILVUS_SERVER)"
 	touch $(MILVUS_STAMP)
 
+# The inspector's browser tests drive Debian's chromium with chromedriver (system packages, not Python ones):
+# installed here where this can (as root, with apt-get), else one line says what to install; without them those
+# tests skip (under APCIR_REQUIRE_BROWSER=1, as .ci/run sets, they fail). A no-op when both are on PATH.
+BROWSER_PACKAGES ?= chromium chromium-driver
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing $(BROWSER_PACKAGES) with apt-get, for the inspector's browser tests"; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(BROWSER_PACKAGES); } \
+			>/dev/null 2>&1 || echo "note: apt-get could not install $(BROWSER_PACKAGES): the browser tests will skip"; \
+	else \
+		echo "note: the inspector's browser tests skip without chromium and chromedriver (Debian/Ubuntu: sudo apt-get install $(BROWSER_PACKAGES))"; \
+	fi
+
 # every part at once (the stamps of the parts it includes are set with it)
 $(TEST_STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -107,14 +121,15 @@ $(TEST_STAMP): pyproject.toml Makefile
 	touch $(DEMO_STAMP) $(DOCS_STAMP) $(LLM_STAMP) $@
 	touch $(MILVUS_STAMP)
 
-# What the suite needs: every part (setup), the Milvus server and the organisers' server's environment (simapi), the
-# latter built in the background meanwhile (its own virtual environment and pip: about 15 s of one core that the
-# main install, mostly one core too, does not wait for); its output follows the main install's.
+# What the suite needs: every part (setup), the Milvus server, the organisers' server's environment (simapi) and the
+# browser, the last two built in the background meanwhile (simapi: its own virtual environment and pip, about 15 s
+# of one core that the main install, mostly one core too, does not wait for; the browser: apt-get, about a minute
+# the first time); their output follows the main install's.
 setup-test:
-	@log=$$(mktemp); $(MAKE) --no-print-directory simapi >$$log 2>&1 & simapi=$$!; \
-	$(MAKE) --no-print-directory setup milvus-server; main=$$?; \
-	wait $$simapi; side=$$?; cat $$log; rm -f $$log; \
-	test $$main = 0 && test $$side = 0
+	@log=$$(mktemp); { $(MAKE) --no-print-directory simapi && $(MAKE) --no-print-directory browser; } >$$log 2>&1 & \
+	side=$$!; $(MAKE) --no-print-directory setup milvus-server; main=$$?; \
+	wait $$side; beside=$$?; cat $$log; rm -f $$log; \
+	test $$main = 0 && test $$beside = 0
 
 # The whole suite, nothing skipped, on $(PYTEST_WORKERS) workers (docs/development.md, The tests: how tests share the
 # demo run and the indexes between workers). The suite includes what `make docs` does (tests/docs: the reference

@@ -29,6 +29,32 @@ DEMO_RUN = Path("runs") / "demo"
 """Where `apcir run demo` writes its run directory, relative to where it is run."""
 
 
+CHECKOUT_SKIPS = {".git", ".venv", ".venv-simapi", ".pytest_cache", ".mypy_cache", ".ruff_cache", "__pycache__"}
+"""What a checkout holds that is not its content: version control, the environments, tools' caches."""
+
+
+def checkout_files(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file of the checkout at ``root`` (its tools' folders left out) as relative path -> (size, modification
+    time in ns): taken before and after a test that must not write into the checkout, whatever was there before it
+    (``make demo``'s run and index, a user's own files)."""
+    found: dict[str, tuple[int, int]] = {}
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in CHECKOUT_SKIPS and not d.endswith(".egg-info")]
+        for name in files:
+            path = Path(folder) / name
+            try:
+                stat = path.stat()
+            except FileNotFoundError:  # gone meanwhile
+                continue
+            found[str(path.relative_to(root))] = (stat.st_size, stat.st_mtime_ns)
+    return found
+
+
+def written_into(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> list[str]:
+    """The files that appeared or changed between two :func:`checkout_files` (removed ones too)."""
+    return sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+
+
 def session_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder all workers of this ``pytest`` run share, and no other run: under xdist the parent of the workers'
     base temporary folders (``pytest-N/``, each worker has ``pytest-N/popen-gwK/``), else the base folder itself."""

@@ -1,7 +1,7 @@
 """The run inspector: `apcir inspect` pages, opened in a real headless browser (Debian's chromium + chromedriver).
 
-Without chromium the browser tests skip, except under ``APCIR_REQUIRE_BROWSER=1`` (``.ci/run`` installs chromium
-and sets it), where a skip is a failure."""
+``make test`` installs chromium where it can (``make browser``: as root, with apt-get). Without it the browser tests
+skip, except under ``APCIR_REQUIRE_BROWSER=1`` (``.ci/run`` sets it), where a skip is a failure."""
 
 from __future__ import annotations
 
@@ -59,7 +59,8 @@ def _browser():
     if not (CHROMIUM and DRIVER):
         if os.environ.get("APCIR_REQUIRE_BROWSER") == "1":
             pytest.fail("APCIR_REQUIRE_BROWSER=1 but chromium/chromedriver are not installed")
-        pytest.skip("no chromium + chromedriver (Debian: apt-get install chromium chromium-driver)")
+        pytest.skip("no chromium + chromedriver: `make browser` installs them as root; else Debian/Ubuntu: "
+                    "sudo apt-get install chromium chromium-driver")
     os.environ["SE_OFFLINE"] = "true"  # selenium must not look for a driver on the network
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
