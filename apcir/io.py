@@ -24,6 +24,7 @@ from typing import IO, Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from apcir.errors import ApcirError
+from apcir.settings import source_date_epoch
 
 
 # ---- reading -----------------------------------------------------------------------------------
@@ -407,18 +408,6 @@ def write_jsonl(path: Path, records: list[Any]) -> None:
 
 
 # ---- reproducible bytes ----------------------------------------------------------------------------
-def source_date_epoch() -> int | None:
-    """``SOURCE_DATE_EPOCH`` (reproducible-builds.org): the date to write where an output must carry one, or None
-    when it is unset (then no date is written wherever one can be left out). A value that is not a whole number of
-    seconds is a one-line error."""
-    value = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
-    if not value:
-        return None
-    if not value.isdigit():
-        raise ApcirError(f"SOURCE_DATE_EPOCH={value!r}: expected seconds since 1970-01-01 (a whole number)")
-    return int(value)
-
-
 def timestamp() -> str:
     """When a record says it was made (ISO 8601, UTC, to the second): now, or ``SOURCE_DATE_EPOCH`` when it is
     set. Only the files that exist to record times carry one (summaries, an index's manifest)."""

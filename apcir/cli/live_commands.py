@@ -3,17 +3,17 @@ simulated users that speak the same API)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import typer
 
 from apcir.cli.common import console, print_json
 from apcir.errors import ApcirError
+from apcir.settings import secret_from_env
 
 
 def _token(env: str) -> str:
-    token = os.environ.get(env, "")
+    token = secret_from_env(env)
     if not token:
         raise ApcirError(f"no API token: set the environment variable {env} (the token is never written anywhere)")
     return token
@@ -70,7 +70,7 @@ def simulate_user_command(
     else:
         from apcir.live.users import LLMScorer, rubric_sessions
 
-        scorer = LLMScorer(model, base_url=base_url, api_key=os.environ.get("OPENAI_API_KEY"))
+        scorer = LLMScorer(model, base_url=base_url, api_key=secret_from_env("OPENAI_API_KEY") or None)
 
         def make():  # type: ignore[no-untyped-def]
             return rubric_sessions(turns, scorer, conversations=conversations, patience=patience,

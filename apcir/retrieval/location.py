@@ -26,12 +26,12 @@ machine pointed at the same cluster restores the folder from it
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from apcir.errors import ApcirError
+from apcir.settings import secret_from_env
 
 SCHEME = "milvus"
 TOKEN_ENV = "APCIR_MILVUS_TOKEN"
@@ -73,7 +73,7 @@ class MilvusLocation:
 
     @staticmethod
     def token() -> str:
-        return os.environ.get(TOKEN_ENV, "")
+        return secret_from_env(TOKEN_ENV)
 
 
 def is_milvus(text: str | Path) -> bool:
