@@ -47,9 +47,15 @@ from apcir.contract.responses import ResponseRecord
 from apcir.contract.runs import run_stem
 from apcir.contract.weights import WeightsFile
 from apcir.errors import ApcirError
+from apcir.settings import check_environment
 
 if TYPE_CHECKING:
     from apcir.experiment.turns import TurnAnswer, TurnPipeline
+
+# The environment variables apcir reads are checked when the API is first used (``apcir.evaluate``, ...), as the
+# CLI checks them before a command: a malformed SOURCE_DATE_EPOCH is one ApcirError naming it here, instead of a
+# bare ValueError from inside numpy the first time a function imports scipy.
+check_environment()
 
 PathLike = str | Path
 

@@ -25,7 +25,21 @@ def _console(stderr: bool) -> Console:
     return Console(stderr=stderr, width=PIPE_WIDTH if piped and "COLUMNS" not in os.environ else None)
 
 
+def _drop_unusable_sizes() -> list[str]:
+    """``COLUMNS`` and ``LINES`` (read by rich) that are set but are not a terminal size: rich takes any digits for
+    a number (``²`` fails in ``int``, a width of 0 prints every table empty) and ignores anything else. Such a
+    value is removed from the environment, so that the terminal's own size is used; returns what was removed."""
+    dropped = []
+    for name in ("COLUMNS", "LINES"):
+        value = os.environ.get(name)
+        if value and not (len(value) <= 6 and value.isascii() and value.isdigit() and int(value) > 0):
+            del os.environ[name]
+            dropped.append(f"{name}={value[:20]!r}")
+    return dropped
+
+
 PIPE_WIDTH = 10_000
+_dropped = _drop_unusable_sizes()
 out = _console(stderr=False)
 err = _console(stderr=True)
 
@@ -57,6 +71,10 @@ def rule(title: str = "") -> None:
 def warn(message: str) -> None:
     """A warning on stderr: something the user should know about, the work goes on."""
     err.print(f"[yellow]warning:[/] {escape(message)}", highlight=False, soft_wrap=True)
+
+
+for _size in _dropped:
+    warn(f"{_size} is not a terminal size (a whole number from 1, at most 6 digits); ignored")
 
 
 def note(message: str) -> None:

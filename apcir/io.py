@@ -24,6 +24,7 @@ from typing import IO, Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from apcir.errors import ApcirError
+from apcir.settings import source_date_epoch, whole_number
 
 
 # ---- reading -----------------------------------------------------------------------------------
@@ -388,6 +389,26 @@ def _writable_folder(folder: Path, called: str, refused: str, named: Path) -> No
         raise ApcirError(f"{refused}: permission denied", path=named)
 
 
+NAME_MAX = 255
+"""The longest file or folder name, in bytes of UTF-8, that the common file systems take (ext4, XFS, APFS)."""
+
+
+def folder_name_problem(name: str) -> str | None:
+    """What keeps ``name`` from naming one folder of its own inside another (``runs/NAME``), said after the name
+    (``is ...``, ``holds ...``), or None: ``.`` or ``..`` (the folder itself or its parent), a slash, a control
+    character, or more than :data:`NAME_MAX` bytes."""
+    if name in (".", ".."):
+        return "is the folder itself or the one above it, not a folder of its own"
+    if "/" in name or "\\" in name:
+        return "holds a slash"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return "holds a control character"
+    size = len(name.encode("utf-8", "surrogatepass"))
+    if size > NAME_MAX:
+        return f"is {size} bytes long; a folder's name is at most {NAME_MAX}"
+    return None
+
+
 def write_text(path: Path, text: str) -> None:
     """Write a text file atomically (UTF-8)."""
     with atomic_write(path) as handle:
@@ -407,18 +428,6 @@ def write_jsonl(path: Path, records: list[Any]) -> None:
 
 
 # ---- reproducible bytes ----------------------------------------------------------------------------
-def source_date_epoch() -> int | None:
-    """``SOURCE_DATE_EPOCH`` (reproducible-builds.org): the date to write where an output must carry one, or None
-    when it is unset (then no date is written wherever one can be left out). A value that is not a whole number of
-    seconds is a one-line error."""
-    value = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
-    if not value:
-        return None
-    if not value.isdigit():
-        raise ApcirError(f"SOURCE_DATE_EPOCH={value!r}: expected seconds since 1970-01-01 (a whole number)")
-    return int(value)
-
-
 def timestamp() -> str:
     """When a record says it was made (ISO 8601, UTC, to the second): now, or ``SOURCE_DATE_EPOCH`` when it is
     set. Only the files that exist to record times carry one (summaries, an index's manifest)."""
@@ -469,8 +478,9 @@ def exclusive(lock_path: Path, what: str, guards: Path | None = None) -> Iterato
             ) from None
         handle.seek(0)
         previous = handle.read().strip()
-        if previous.startswith("held by pid "):
-            pid = int(previous.split()[3]) if previous.split()[3].isdigit() else -1
+        words = previous.split()  # "held by pid PID on HOST since ..." (a pid apcir cannot read is let be)
+        if previous.startswith("held by pid ") and len(words) > 3 and whole_number(words[3]) and len(words[3]) < 10:
+            pid = int(words[3])
             if pid != os.getpid() and not _alive(pid):
                 from apcir.console import warn
 

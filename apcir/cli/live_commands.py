@@ -3,17 +3,17 @@ simulated users that speak the same API)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import typer
 
 from apcir.cli.common import console, print_json
 from apcir.errors import ApcirError
+from apcir.settings import secret_from_env
 
 
 def _token(env: str) -> str:
-    token = os.environ.get(env, "")
+    token = secret_from_env(env)
     if not token:
         raise ApcirError(f"no API token: set the environment variable {env} (the token is never written anywhere)")
     return token
@@ -70,7 +70,7 @@ def simulate_user_command(
     else:
         from apcir.live.users import LLMScorer, rubric_sessions
 
-        scorer = LLMScorer(model, base_url=base_url, api_key=os.environ.get("OPENAI_API_KEY"))
+        scorer = LLMScorer(model, base_url=base_url, api_key=secret_from_env("OPENAI_API_KEY") or None)
 
         def make():  # type: ignore[no-untyped-def]
             return rubric_sessions(turns, scorer, conversations=conversations, patience=patience,
@@ -110,12 +110,16 @@ def converse_command(
     the server's record of the run against what was sent. Exit codes: docs/guide/converse.md."""
     from apcir.experiment.config import load_config, resolve_config_path
     from apcir.experiment.pipeline import config_inputs
-    from apcir.io import refuse_inputs_inside
+    from apcir.io import folder_name_problem, refuse_inputs_inside
     from apcir.live.client import SimulationClient
     from apcir.live.converse import Converse
     from apcir.live.protocol import protocol_for
 
     experiment = load_config(resolve_config_path(config))
+    problem = folder_name_problem(run_id) if out is None else None
+    if problem is not None:  # runs/live/.. would be runs/ itself
+        raise ApcirError(f"--run-id {run_id[:60]!r} {problem}: it names the run directory runs/live/RUN_ID; give "
+                         "--out DIR for another one")
     target = out or Path("runs") / "live" / run_id
     refuse_inputs_inside(target, [*config_inputs(experiment), str(ptkb) if ptkb else None], "run directory")
     from dataclasses import replace

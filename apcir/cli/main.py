@@ -22,6 +22,7 @@ from apcir._version import __version__
 from apcir.cli.lazy import LazyGroup
 from apcir.console import err as err_console
 from apcir.errors import ApcirError, crash_log_path, set_crash_log_dir
+from apcir.settings import check_environment
 
 # Each area of the CLI is a module apcir/cli/<area>_commands.py with a register(app) function; the group imports
 # a module when one of its commands runs, so `apcir --help` imports none (apcir/cli/lazy.py).
@@ -116,6 +117,9 @@ def main(argv: list[str] | None = None) -> None:
     """Run the CLI; see the module docstring for what each exit code means."""
     sys.unraisablehook = _redeliver_interrupts
     try:
+        # before any command imports numpy or matplotlib, which read SOURCE_DATE_EPOCH and fail on a bad value
+        # with a bare ValueError that names no variable
+        check_environment()
         code = app(args=argv, standalone_mode=False)
         if code == INTERRUPTED:
             _interrupted()  # typer turns a KeyboardInterrupt into Exit(130), and returns its code

@@ -60,7 +60,9 @@ def build_command(
                               "unfinished build in its recorded precision."),
     batch_size: int = typer.Option(32, "--batch-size", help="Passages per forward pass."),
     doc_max_length: int = typer.Option(256, "--doc-max-length", help="Passage budget in model tokens."),
-    chunk_size: int = typer.Option(10_000, "--chunk-size", help="Passages per saved chunk (the unit of resuming)."),
+    chunk_size: int | None = typer.Option(
+        None, "--chunk-size", min=1, help="Passages per saved chunk (the unit of resuming; default 10000). An "
+        "unfinished build keeps its own; another one given is refused."),
     threads: int = typer.Option(2, "--threads", help="Lucene indexing threads."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing index or unfinished build."),
     vectors_from: Path | None = typer.Option(

@@ -19,6 +19,7 @@ from apcir.contract.records import HistoryEntry, Turn
 from apcir.errors import ApcirError
 from apcir.ids import make_turn_id
 from apcir.io import read_json
+from apcir.settings import whole_number
 
 
 @dataclass(frozen=True)
@@ -31,10 +32,19 @@ class TopicYear:
     description: str
 
 
+def _turn_number(number: Any) -> int | None:
+    """A turn's number as a topic file writes it (an integer, or its ASCII digits as text: ``str.isdigit`` also
+    takes ``²``, which ``int`` refuses), or None when it is not a number from 1."""
+    if isinstance(number, str):
+        text = number.strip()
+        number = int(text) if whole_number(text) and len(text) <= 18 else None
+    return number if isinstance(number, int) and not isinstance(number, bool) and 1 <= number < 10**18 else None
+
+
 def _integer_numbers(conversations: list[dict[str, Any]]) -> bool:
     numbers = [c.get("number") for c in conversations]
     return bool(numbers) and all(isinstance(n, int) and not isinstance(n, bool)
-                                 or (isinstance(n, str) and n.strip().isdigit()) for n in numbers)
+                                 or (isinstance(n, str) and whole_number(n.strip())) for n in numbers)
 
 
 TOPIC_YEARS: tuple[TopicYear, ...] = (
@@ -149,11 +159,11 @@ def _turn(
             f"(iKAT {'2023/2024' if schema == '2023' else '2025'} schema)",
             path=path,
         )
-    number = raw["turn_id"]
-    if isinstance(number, bool) or not (isinstance(number, int) or (isinstance(number, str) and number.strip().isdigit())) \
-            or int(number) < 1:
-        raise ApcirError(f"conversation {conv_id}: turn_id {number!r} is not a turn number (1, 2, ...)", path=path)
-    number = int(number)
+    number = _turn_number(raw["turn_id"])
+    if number is None:
+        shown = raw["turn_id"] if not isinstance(raw["turn_id"], str) or len(raw["turn_id"]) <= 40 else \
+            f"{raw['turn_id'][:20]}...({len(raw['turn_id'])} characters)"
+        raise ApcirError(f"conversation {conv_id}: turn_id {shown!r} is not a turn number (1, 2, ...)", path=path)
     turn_id = make_turn_id(conv_id, number)
     utterance = raw[utterance_key]
     if not isinstance(utterance, str):

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from apcir.evaluation.results import RunMetrics
-from apcir.io import atomic_write, source_date_epoch
+from apcir.io import atomic_write
+from apcir.settings import source_date_epoch
 
 # Okabe & Ito (2008), then Paul Tol's muted scheme: 16 colours, all distinguishable with colour-blindness.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000",

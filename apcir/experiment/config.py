@@ -30,7 +30,7 @@ from apcir.console import shown
 from apcir.errors import ApcirError
 from apcir.evaluation.settings import EvaluationSettings
 from apcir.fusion.settings import FusionSettings
-from apcir.io import check_unicode, read_text
+from apcir.io import check_unicode, folder_name_problem, read_text
 from apcir.options import EntrySettings
 from apcir.reformulation.registry import source_file
 from apcir.reformulation.settings import ReformulatorOptions
@@ -65,6 +65,9 @@ class ExperimentConfig(BaseModel):
     def _name_is_a_word(cls, value: str) -> str:
         if not value or any(c.isspace() or c in "/\\" for c in value):
             raise ValueError("must be one word without slashes (it names the run directory and the run tag)")
+        problem = folder_name_problem(value)
+        if problem is not None:  # runs/.. would be the folder above runs/
+            raise ValueError(f"{value[:60]!r} {problem} (it names the run directory, runs/NAME)")
         return value
 
     @field_validator("turns")

@@ -86,7 +86,9 @@ def resolve_api_key(api_key: str | None, base_url: str | None) -> str:
     A custom base URL (vLLM, Ollama, llama.cpp) often needs no key; the openai
     package still wants a non-empty string, so a placeholder is sent.
     """
-    key = api_key or os.environ.get("OPENAI_API_KEY")
+    from apcir.settings import secret_from_env
+
+    key = api_key or secret_from_env("OPENAI_API_KEY")
     if key:
         return key
     if base_url or os.environ.get("OPENAI_BASE_URL"):

@@ -76,7 +76,9 @@ class LLMSettings(BaseModel):
 
     def api_key(self) -> str | None:
         """The key from ``api_key_env`` (never stored anywhere by apcir)."""
-        return os.environ.get(self.api_key_env) or None
+        from apcir.settings import secret_from_env
+
+        return secret_from_env(self.api_key_env) or None
 
     def params(self) -> dict[str, Any]:
         """Generation parameters sent with every request (and part of every cache key)."""

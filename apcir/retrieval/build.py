@@ -10,7 +10,9 @@ Work in progress lives in ``<out>/_build/``:
 A shard ``i/N`` (0-based, ``0 <= i < N``) is the passages whose lines start in
 the i-th of N equal byte ranges of the collection file, so a shard job reads
 only its part of the file. Chunks are written atomically; an interrupted job
-re-run with the same arguments skips the chunks on disk. ``build_index``
+re-run with the same arguments skips the chunks on disk; a chunk found damaged
+when the shards are merged (a file cut short by a full disk or a copy) is named
+and encoded again. ``build_index``
 without ``shard`` encodes whatever shards of the plan are missing (all of them
 for a one-machine build: one shard) and merges them into the index, then
 removes ``_build``. The manifest is written last.
@@ -27,9 +29,12 @@ from __future__ import annotations
 import os
 import shutil
 import time
+import zipfile
+import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any, NoReturn, TypeAlias
 
@@ -38,8 +43,8 @@ import scipy.sparse as sp
 from pydantic import BaseModel
 
 from apcir._version import __version__
+from apcir.console import note, warn
 from apcir.console import progress as progress_bar
-from apcir.console import warn
 from apcir.contract.records import Passage
 from apcir.datasets.collection import _passage as passage_from_record
 from apcir.datasets.registry import collection_path
@@ -124,7 +129,7 @@ def build_index(
     device: str | None = None,
     batch_size: int = 32,
     doc_max_length: int = 256,
-    chunk_size: int = CHUNK_SIZE,
+    chunk_size: int | None = None,
     threads: int = 2,
     overwrite: bool = False,
     progress: bool = True,
@@ -147,11 +152,12 @@ def build_index(
     ``dtype``: the encoder's precision (:mod:`apcir.retrieval.precision`); ``auto`` continues an unfinished
     build in the precision its plan records (the shards of one index are encoded in one precision), and
     accepts an up-to-date index whatever its precision; a precision named explicitly must be the plan's
-    and the index's.
+    and the index's. ``chunk_size``: passages per saved chunk (the unit of resuming); None keeps an unfinished
+    build's (else :data:`CHUNK_SIZE`), and one given must be the unfinished build's.
     """
     started = time.perf_counter()
     spec = BACKENDS.get(backend)
-    if chunk_size < 1:
+    if chunk_size is not None and chunk_size < 1:
         raise ApcirError(f"chunk size must be positive, got {chunk_size}")
     _check_target(spec, out_dir)
     path = collection_path(collection)
@@ -222,11 +228,12 @@ def build_index(
         out,
         BuildPlan(
             backend=backend, model=str(model), doc_max_length=doc_max_length,
-            shards=shard_spec[1] if shard_spec else 1, chunk_size=chunk_size, collection=info,
+            shards=shard_spec[1] if shard_spec else 1, chunk_size=chunk_size or CHUNK_SIZE, collection=info,
             encoder_kind=spec.encoder, dtype=resolve_dtype(requested, resolve_device(device)),
         ),
         explicit_shards=shard_spec is not None,
         explicit_dtype=requested != "auto",
+        explicit_chunk_size=chunk_size is not None,
     )
     precision["dtype"] = plan.dtype  # an unfinished build continues in the precision it began in
     if vectors_from is not None:
@@ -246,8 +253,9 @@ def build_index(
             "Run the same command without --shard to merge.",
             encoded, time.perf_counter() - started,
         )
-    manifest = _merge(out, plan, get_encoder(), spec, threads, started, target)
-    return BuildResult("built", out, manifest, f"built {manifest.describe()} in {out}", encoded, manifest.build_seconds)
+    manifest, redone = _merge(out, path, plan, get_encoder(), spec, threads, started, target)
+    return BuildResult("built", out, manifest, f"built {manifest.describe()} in {out}", encoded + redone,
+                       manifest.build_seconds)
 
 
 def build_from_vectors(
@@ -258,7 +266,7 @@ def build_from_vectors(
     *,
     threads: int = 2,
     overwrite: bool = False,
-    chunk_size: int = CHUNK_SIZE,
+    chunk_size: int | None = None,
 ) -> BuildResult:
     """Index a JsonVectorCollection (``{"id", "contents", "vector": {token: weight}}``) as it is: no encoding.
 
@@ -306,7 +314,8 @@ def build_from_vectors(
         vocabulary.save(out)
     work = out / WORK
     work.mkdir(parents=True, exist_ok=True)
-    chunks = ((ids[i:i + chunk_size], matrix[i:i + chunk_size]) for i in range(0, len(ids), chunk_size))
+    size = chunk_size or CHUNK_SIZE
+    chunks = ((ids[i:i + size], matrix[i:i + size]) for i in range(0, len(ids), size))
     facts = spec.call("build", out, chunks, vocabulary, threads=threads, work=work, **_at(target))
     lengths = {k: getattr(vocabulary, k) for k in ("query_max_length", "response_max_length", "doc_max_length")
                if hasattr(vocabulary, k)}
@@ -416,15 +425,19 @@ def _collection_info(out: Path, name: str, path: Path) -> CollectionInfo:
     return CollectionInfo.of(name, path)
 
 
-def _ensure_plan(out: Path, plan: BuildPlan, explicit_shards: bool, explicit_dtype: bool = False) -> BuildPlan:
+def _ensure_plan(out: Path, plan: BuildPlan, explicit_shards: bool, explicit_dtype: bool = False,
+                 explicit_chunk_size: bool = False) -> BuildPlan:
     work = out / WORK
     work.mkdir(parents=True, exist_ok=True)
     plan_file = work / "plan.json"
     if plan_file.exists():
         existing = BuildPlan.model_validate_json(plan_file.read_text(encoding="utf-8"))
-        # a resumed build keeps the recorded chunk size, the shard count unless --shard names one, and the
-        # precision unless --dtype names one (so that a merge on a machine without a GPU continues a GPU build)
-        update: dict[str, Any] = {"chunk_size": existing.chunk_size}
+        # a resumed build keeps the recorded chunk size unless --chunk-size names one, the shard count unless
+        # --shard names one, and the precision unless --dtype names one (so that a merge on a machine without a
+        # GPU continues a GPU build); one named that differs from the plan's is refused below
+        update: dict[str, Any] = {}
+        if not explicit_chunk_size:
+            update["chunk_size"] = existing.chunk_size
         if not explicit_shards:
             update["shards"] = existing.shards
         if not explicit_dtype:
@@ -530,7 +543,27 @@ def _write_chunk(folder: Path, number: int, ids: list[str], matrix: Vectors, kin
         ENCODER_KINDS.get(kind).save(handle, matrix)
 
 
-def _iter_chunks(work: Path, plan: BuildPlan) -> Iterator[tuple[list[str], Vectors]]:
+# What reading a damaged chunk raises: a file cut short or overwritten (BadZipFile, zlib.error, EOFError, a
+# ValueError from numpy's header or reshape, KeyError for a member missing from the archive, UnicodeDecodeError
+# for the ids) or missing (FileNotFoundError). A folder that cannot be read (PermissionError) is not damage.
+_DAMAGE = (zipfile.BadZipFile, zlib.error, EOFError, ValueError, KeyError, FileNotFoundError)
+
+
+def _read_chunk(vectors: Path, id_file: Path, kind: str) -> tuple[list[str], Vectors] | str:
+    """A saved chunk's ids and vectors, or what is wrong with it (a damaged file, or a count that differs)."""
+    try:
+        ids = id_file.read_text(encoding="utf-8").splitlines()
+        matrix = ENCODER_KINDS.get(kind).load(vectors)
+    except _DAMAGE as exc:
+        return f"{type(exc).__name__}: {exc}"
+    if matrix.shape[0] != len(ids):
+        return f"{matrix.shape[0]} vectors for {len(ids)} passage ids in {id_file.name}"
+    return ids, matrix
+
+
+def _iter_chunks(work: Path, plan: BuildPlan,
+                 redo: Callable[[int, int], tuple[list[str], Vectors]]) -> Iterator[tuple[list[str], Vectors]]:
+    """Every saved chunk, shard by shard; a damaged one is named and made again by ``redo(shard, chunk)``."""
     for index in range(plan.shards):
         folder = _shard_dir(work, index, plan.shards)
         number = 0
@@ -538,9 +571,29 @@ def _iter_chunks(work: Path, plan: BuildPlan) -> Iterator[tuple[list[str], Vecto
             vectors, id_file = _chunk_paths(folder, number, plan.encoder_kind)
             if not vectors.exists():
                 break
-            ids = id_file.read_text(encoding="utf-8").splitlines()
-            yield ids, ENCODER_KINDS.get(plan.encoder_kind).load(vectors)
+            chunk = _read_chunk(vectors, id_file, plan.encoder_kind)
+            if isinstance(chunk, str):
+                note(f"{vectors}: damaged ({chunk}); encoding its passages again")
+                chunk = redo(index, number)
+            yield chunk
             number += 1
+
+
+def _encode_chunk_again(path: Path, work: Path, plan: BuildPlan, encoder: TextEncoder, index: int,
+                        number: int) -> tuple[list[str], Vectors]:
+    """Encode chunk ``number`` of shard ``index`` again from the collection and save it in place of the damaged
+    one (the same passages, in the same order)."""
+    first = number * plan.chunk_size
+    passages = [passage for _, passage in islice(iter_shard(path, index, plan.shards), first, first + plan.chunk_size)]
+    ids, texts = [p.id for p in passages], [p.contents for p in passages]
+    folder = _shard_dir(work, index, plan.shards)
+    vectors = _chunk_paths(folder, number, plan.encoder_kind)[0]
+    if not ids:  # no chunk of this collection's shard: the build folder holds files it did not write
+        raise ApcirError(f"damaged, and past the end of shard {index}/{plan.shards} (chunk {number} of "
+                         f"{plan.chunk_size} passages); pass --overwrite to start the build again", path=vectors)
+    matrix = next(iter(encoder.encode_chunks([texts])))
+    _write_chunk(folder, number, ids, matrix, plan.encoder_kind)
+    return ids, matrix
 
 
 def check_unique(ids: list[str]) -> None:
@@ -554,16 +607,24 @@ def check_unique(ids: list[str]) -> None:
             raise ApcirError(f"duplicate passage id {ids[a]!r} (passages {a} and {b} of the collection, in file order)")
 
 
-def _merge(out: Path, plan: BuildPlan, encoder: TextEncoder, spec: BackendSpec, threads: int,
-           started: float, target: str | None = None) -> IndexManifest:
+def _merge(out: Path, path: Path, plan: BuildPlan, encoder: TextEncoder, spec: BackendSpec, threads: int,
+           started: float, target: str | None = None) -> tuple[IndexManifest, int]:
+    """Index every saved chunk (a damaged one encoded again); the manifest, and how many passages were encoded
+    again."""
     work = out / WORK
     missing = [i for i in range(plan.shards) if not (_shard_dir(work, i, plan.shards) / "done.json").exists()]
     if missing:
         raise ApcirError(f"cannot merge: shard(s) {', '.join(map(str, missing))} of {plan.shards} are not encoded", path=work)
     ids: list[str] = []
+    redone: list[int] = []
 
     def chunks() -> Iterator[tuple[list[str], Vectors]]:
-        for chunk_ids, matrix in _iter_chunks(work, plan):
+        def redo(index: int, number: int) -> tuple[list[str], Vectors]:
+            chunk = _encode_chunk_again(path, work, plan, encoder, index, number)
+            redone.append(len(chunk[0]))
+            return chunk
+
+        for chunk_ids, matrix in _iter_chunks(work, plan, redo):
             ids.extend(chunk_ids)
             yield chunk_ids, matrix
 
@@ -590,7 +651,7 @@ def _merge(out: Path, plan: BuildPlan, encoder: TextEncoder, spec: BackendSpec, 
     build_offsets(Path(plan.collection.path), out / OFFSETS)
     _finish(out, manifest, spec, target)
     shutil.rmtree(work, ignore_errors=True)
-    return manifest
+    return manifest, sum(redone)
 
 
 def _check_target(spec: BackendSpec, out_dir: str | Path) -> None:

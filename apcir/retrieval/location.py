@@ -26,17 +26,19 @@ machine pointed at the same cluster restores the folder from it
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from apcir.errors import ApcirError
+from apcir.settings import secret_from_env
 
 SCHEME = "milvus"
 TOKEN_ENV = "APCIR_MILVUS_TOKEN"
 DEFAULT_COLLECTION = "apcir"
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
+MAX_NAME = 255
+"""Milvus's limit on a collection name's length (its ``proxy.maxNameLength``: milvus.io/docs/limitations.md)."""
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ class MilvusLocation:
 
     @staticmethod
     def token() -> str:
-        return os.environ.get(TOKEN_ENV, "")
+        return secret_from_env(TOKEN_ENV)
 
 
 def is_milvus(text: str | Path) -> bool:
@@ -106,10 +108,22 @@ def parse_milvus(text: str | Path) -> MilvusLocation:
         if ":" not in host:
             host += ":19530"
         location = MilvusLocation(f"{transport}://{host}", collection, lite=False)
-    if not _NAME.match(location.collection):
-        raise ApcirError(f"{raw}: collection name {location.collection!r} must be letters, digits and _ (not "
-                         "starting with a digit)")
+    name_problem = collection_name_problem(location.collection)
+    if name_problem is not None:
+        raise ApcirError(f"{raw}: {name_problem}")
     return location
+
+
+def collection_name_problem(name: str) -> str | None:
+    """What Milvus would refuse in a collection name (milvus.io/docs/limitations.md: at most 255 characters,
+    ASCII letters, digits and underscores, not starting with a digit), or None."""
+    shown = name if len(name) <= 40 else f"{name[:20]}...{name[-8:]}"
+    if len(name) > MAX_NAME:
+        return f"collection name {shown!r} is {len(name)} characters long; Milvus allows at most {MAX_NAME}"
+    if not _NAME.fullmatch(name):
+        return (f"collection name {shown!r} must be ASCII letters, digits and _, not starting with a digit "
+                "(Milvus's rule)")
+    return None
 
 
 def milvus_cache_dir() -> Path:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from apcir.errors import ApcirError
-from apcir.retrieval.location import MilvusLocation, milvus_cache_dir
+from apcir.retrieval.location import TOKEN_ENV, MilvusLocation, milvus_cache_dir
 
 LOG = "pymilvus.log"
 _PYMILVUS_LOGGERS = ("pymilvus", "pymilvus.milvus_client", "pymilvus.bulk_writer")
@@ -57,7 +57,7 @@ class _LogFile(logging.handlers.RotatingFileHandler):
 
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)
-        token = MilvusLocation.token()
+        token = os.environ.get(TOKEN_ENV, "")  # as it is: redacted whether or not it could be sent
         return text.replace(token, "***") if token else text
 
     def handleError(self, record: logging.LogRecord) -> None:
@@ -99,10 +99,11 @@ def connect(location: MilvusLocation) -> Any:
         parent = Path(location.uri).parent
         if not parent.is_dir():
             raise ApcirError(f"cannot open Milvus Lite database {location.uri}: folder {parent} does not exist")
+    token = location.token()  # a token that cannot be sent is refused as such, not as an unreachable server
     logs = capture_logs()
     before = logs.records
     try:
-        return MilvusClient(uri=location.uri, token=location.token(), timeout=30, dedicated=True)
+        return MilvusClient(uri=location.uri, token=token, timeout=30, dedicated=True)
     except Exception as exc:  # pymilvus raises MilvusException, grpc and OS errors alike
         raise ApcirError(f"cannot reach Milvus at {location}: {reason(exc)}{_see_log(before)}") from None
 

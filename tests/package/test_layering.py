@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[2] / "apcir"
 
 # Lowest first. Within "stages", the order is the data flow.
 LAYERS: list[tuple[str, list[str]]] = [
-    ("foundation", ["apcir._version", "apcir._public", "apcir.errors", "apcir.ids", "apcir.console", "apcir.io",
-                    "apcir.registry", "apcir.options", "apcir.settings"]),
+    ("foundation", ["apcir._version", "apcir._public", "apcir.errors", "apcir.ids", "apcir.console", "apcir.settings",
+                    "apcir.io", "apcir.registry", "apcir.options"]),
     ("contract", ["apcir.contract"]),
     ("services", ["apcir.datasets", "apcir.metrics", "apcir.llm"]),
     ("stages", ["apcir.reformulation", "apcir.retrieval", "apcir.fusion", "apcir.reranking", "apcir.responses",
