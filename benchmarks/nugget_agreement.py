@@ -201,7 +201,7 @@ def _leaderboards(console, gold, dedup, runs, human, index, args) -> None:  # ty
 
 
 def _fig(figure) -> str:  # type: ignore[no-untyped-def]
-    return f"{figure.value:.3f} [{figure.low:.3f}, {figure.high:.3f}]"
+    return str(figure.text())
 
 
 def _alias_evidence(console, rows, names, human, signals_by_name, signals) -> None:  # type: ignore[no-untyped-def]

@@ -21,12 +21,19 @@ from apcir.cli.common import (
     print_json,
     settings,
 )
-from apcir.contract.responses import load_responses
 from apcir.contract.runs import read_run_file
 from apcir.errors import ApcirError
 from apcir.evaluation.nugget_matchers import MatcherSettings
 from apcir.evaluation.nugget_registry import DEFAULT_MATCHER, MATCHERS
-from apcir.evaluation.responses import ResponseMetrics, evaluate_responses, warn_outside_topics
+from apcir.evaluation.responses import (
+    MEASURES,
+    JudgeInfo,
+    ResponseMetrics,
+    ResponseRuns,
+    compare_response_runs,
+    evaluate_responses,
+    warn_outside_topics,
+)
 from apcir.evaluation.settings import JudgeSettings
 from apcir.evaluation.stage import compare_runs
 from apcir.ids import natural_key
@@ -175,9 +182,10 @@ def _print_json(comparison, labels, per_turn, rel_threshold, complete, tuned) ->
 @llm_options("Judge and llm matcher: ", exclude=("temperature", "max_tokens"))
 def evaluate_responses_command(
     responses: list[str] = typer.Argument(
-        ..., help="Responses: apcir respond's JSONL; with --nuggets also several files, {turn_id: {run: text}} "
-                  "(iKAT 2024), BERGEN [{q_id, response}] files (iKAT 2025) or ikat25-runs (bundled). NAME=PATH "
-                  "names a run (default: a responses.jsonl's directory, else the file's name)."),
+        ..., help="Responses: apcir respond's JSONL, one file per run (several: side by side in one table); with "
+                  "--nuggets also {turn_id: {run: text}} (iKAT 2024), BERGEN [{q_id, response}] files (iKAT 2025) "
+                  "or ikat25-runs (bundled). NAME=PATH names a run (default: a responses.jsonl's directory, else the "
+                  "file's name)."),
     topics: str = typer.Option(..., "--topics", "-t", help="Topics with the canonical responses (name or file; "
                                                           "lampqa:FILE: judged on its rubric aspects)."),
     qrels: str | None = typer.Option(None, "--qrels", "-q", help="Passage qrels: citation precision (name or file)."),
@@ -198,16 +206,17 @@ def evaluate_responses_command(
     matcher_model: str | None = typer.Option(None, "--matcher-model", help="The llm matcher's model."),
     per_nugget: bool = typer.Option(False, "--per-nugget", help="llm matcher: one request per nugget (default: "
                                                                 "one per turn and response, the nuggets numbered)."),
-    baseline: str | None = typer.Option(None, "--baseline", help="Run the others are tested against (paired)."),
+    baseline: str | None = typer.Option(None, "--baseline", help="Run the others are tested against (paired, over "
+                                                                 "the turns both scored)."),
     compare_matcher: str | None = typer.Option(None, "--compare-matcher",
                                                help="A second matcher: Kendall's τ between the two run orderings."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write every number (per turn too) as JSON here."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     llm: dict[str, Any] | None = None,
 ) -> None:
-    """Evaluate responses: ROUGE-L, citation precision and an LLM judge; with --nuggets, nugget recall of one or
-    many runs (a leaderboard)."""
-    from apcir.evaluation.nuggets import run_name_and_path
+    """Evaluate responses: ROUGE-L, citation precision and an LLM judge, of one run or several side by side; with
+    --nuggets, nugget recall of one or many runs (a leaderboard)."""
+    from apcir.evaluation.nuggets import load_response_records, run_name_and_path
 
     given = llm or {}
     if out is not None:
@@ -218,18 +227,50 @@ def evaluate_responses_command(
         _nugget_leaderboard(responses, topics, nuggets, matcher, tau, encoder, matcher_model, per_nugget, baseline,
                             compare_matcher, levels, out, as_json, given, learned_model)
         return
-    if len(responses) != 1:
-        raise ApcirError(f"give one responses file (got {len(responses)}); several runs need --nuggets")
     judge_settings = settings(JudgeSettings, model=judge, **llm_values(given))
-    records = load_responses(Path(run_name_and_path(responses[0])[1]))
-    if not records:
-        raise ApcirError("no response records", path=responses[0])
-    metrics = evaluate_responses(
-        records, datasets.topics(topics), topics=topics, qrels=datasets.qrels(qrels) if qrels else None,
-        qrels_name=qrels, rel_threshold=rel_threshold, levels=datasets.levels(levels) if levels else None,
-        judge_model=judge_settings.model, judge_settings=judge_settings,
-        references=datasets.reference_responses(topics), aspects=datasets.given_aspects(topics),
-    )
+    runs = load_response_records(responses)
+    turns, gold = datasets.topics(topics), datasets.qrels(qrels) if qrels else None
+    by_level = datasets.levels(levels) if levels else None
+    references, aspects = datasets.reference_responses(topics), datasets.given_aspects(topics)
+    if baseline is not None and baseline not in runs:
+        raise ApcirError(f"--baseline {baseline!r} is not one of the runs: {', '.join(runs)}")
+    scored = {}
+    for name, records in runs.items():
+        scored[name] = evaluate_responses(
+            records, turns, topics=topics, qrels=gold, qrels_name=qrels, rel_threshold=rel_threshold,
+            levels=by_level, judge_model=judge_settings.model, judge_settings=judge_settings, references=references,
+            aspects=aspects, run_name=name if len(runs) > 1 else None)
+    if len(scored) == 1:
+        _one_run(next(iter(scored.values())), out, as_json)
+        return
+    comparison = compare_response_runs(scored, baseline)
+    if out is not None:
+        write_text(out, comparison.model_dump_json(indent=1))
+    if as_json:
+        print_json(comparison.model_dump(mode="json"))
+        _fail_if_unjudged(*scored.values())
+        return
+    console.print(runs_table(comparison, topics, qrels, rel_threshold))
+    if comparison.tests:
+        console.print(_response_tests_table(comparison))
+    elif baseline is None:
+        console.print("note: --baseline RUN tests every other run against RUN, turn by turn (paired)", highlight=False,
+                      markup=False)
+    shared = set.intersection(*(set(metrics.notes) for metrics in scored.values()))
+    for line in dict.fromkeys(line for metrics in scored.values() for line in metrics.notes if line in shared):
+        console.print(f"note: every run: {line}", highlight=False, markup=False)
+    for name, metrics in scored.items():
+        for line in metrics.notes:
+            if line not in shared:
+                console.print(f"note: {name}: {line}", highlight=False, markup=False)
+        if metrics.judge is not None:
+            console.print(f"{name}: {_judge_line(metrics.judge)}", highlight=False)
+    if out is not None:
+        console.print(f"every number, per run and per turn too: {out}", highlight=False)
+    _fail_if_unjudged(*scored.values())
+
+
+def _one_run(metrics: ResponseMetrics, out: Path | None, as_json: bool) -> None:
     if out is not None:
         write_text(out, metrics.model_dump_json(indent=1))
     if as_json:
@@ -240,12 +281,15 @@ def evaluate_responses_command(
     for note in metrics.notes:
         console.print(f"note: {note}", highlight=False, markup=False)
     if metrics.judge is not None:
-        j = metrics.judge
-        console.print(f"judge {j.model}: {j.judged} turns judged, {len(j.unjudged)} unjudged, {j.requests} requests, "
-                      f"{j.cache_hits} from the cache", highlight=False)
+        console.print(_judge_line(metrics.judge), highlight=False)
     if out is not None:
         console.print(f"every number, per turn too: {out}", highlight=False)
     _fail_if_unjudged(metrics)
+
+
+def _judge_line(j: JudgeInfo) -> str:
+    return (f"judge {j.model}: {j.judged} turns judged, {len(j.unjudged)} unjudged, {j.requests} requests, "
+            f"{j.cache_hits} from the cache")
 
 
 def matcher_settings(tau: float | None, encoder: str, model: str | None, per_nugget: bool,
@@ -324,9 +368,10 @@ def _nugget_leaderboard(responses: list[str], topics: str, nuggets: str, matcher
                       highlight=False, markup=False)
 
 
-def _fail_if_unjudged(metrics: ResponseMetrics) -> None:
-    """Exit 1 when the judge left turns unscored (as failed turns do); a re-run asks the judge again for them."""
-    if metrics.judge is not None and metrics.judge.unjudged:
+def _fail_if_unjudged(*runs: ResponseMetrics) -> None:
+    """Exit 1 when the judge left turns of a run unscored (as failed turns do); a re-run asks the judge again for
+    them."""
+    if any(metrics.judge is not None and metrics.judge.unjudged for metrics in runs):
         raise typer.Exit(1)
 
 
@@ -342,6 +387,46 @@ def response_table(metrics: ResponseMetrics) -> Table:
         (f"level {level}", metrics.per_level[level], metrics.level_turns[level]) for level in metrics.per_level]
     for label, means, counts in rows:
         table.add_row(label, *(f"{100 * means[m]:.1f} (n={counts[m]})" if m in means else "-" for m in measures))
+    return table
+
+
+def runs_table(comparison: ResponseRuns, topics: str, qrels: str | None, rel_threshold: int) -> Table:
+    """Several runs' response measures x100 in one table: a row per run (and per run and level), each cell with the
+    number of turns its mean is over, and the marks of the paired tests against the baseline."""
+    runs = comparison.runs
+    measures = [m for m in MEASURES if any(m in metrics.measures for metrics in runs.values())]
+    title = (f"responses of {len(runs)} runs on {topics}"
+             + (f" (citations vs {qrels}, grade >= {rel_threshold})" if qrels else "") + " (x100)")
+    if comparison.tests:
+        title += (f"; † / ↓: significantly better / worse than {comparison.baseline} "
+                  f"({comparison.significance.caption(len(runs) - 1)})")
+    table = Table(title=escape(title))
+    table.add_column("run")
+    table.add_column("turns")
+    for name in measures:
+        table.add_column(name, justify="right")
+    marks = {(t.system, t.measure): t.marker for t in comparison.tests}
+    for run, metrics in runs.items():
+        label = run + (" (baseline)" if run == comparison.baseline else "")
+        rows = [("all", metrics.measures, metrics.turns)] + [
+            (f"level {level}", metrics.per_level[level], metrics.level_turns[level]) for level in metrics.per_level]
+        for scope, means, counts in rows:
+            table.add_row(escape(label if scope == "all" else ""), scope, *(
+                f"{100 * means[m]:.1f}{marks.get((run, m), '') if scope == 'all' else ''} (n={counts[m]})"
+                if m in means else "-" for m in measures))
+        table.add_section()
+    return table
+
+
+def _response_tests_table(comparison: ResponseRuns) -> Table:
+    table = Table(title=f"each run against {comparison.baseline}, over the turns both scored: difference, p-values "
+                        "and effect size")
+    for column in ("run", "measure", "turns", "difference x100", "p", "p corrected", "Cohen's d", ""):
+        table.add_column(column, justify="left" if column in ("run", "measure") else "right")
+    for test in comparison.tests:
+        table.add_row(escape(test.system), test.measure, str(test.n_turns),
+                      f"{100 * (test.mean_system - test.mean_baseline):+.2f}", f"{test.p_value:.4g}",
+                      f"{test.p_corrected:.4g}", f"{test.effect_size:+.2f}", test.marker)
     return table
 
 

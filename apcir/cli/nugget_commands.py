@@ -129,12 +129,16 @@ def agreement_command(
     for report in reports:
         if report.used != first.used:
             console.print(f"note: {report.matcher.name} used {report.used} labels", highlight=False)
+        for name, figure in (("κ", report.kappa), ("precision", report.precision), ("recall", report.recall)):
+            if figure.why is not None:
+                console.print(f"note: {report.matcher.name}: {name} undefined: {figure.why}", highlight=False,
+                              markup=False)
     for why, count in first.unmapped.items():
         console.print(f"note: {count} label(s) not used: {why}", highlight=False, markup=False)
 
 
 def _figure(figure: Any) -> str:
-    return f"{figure.value:.3f} [{figure.low:.3f}, {figure.high:.3f}]"
+    return str(figure.text())
 
 
 def _matcher_label(report: Any) -> str:
@@ -203,9 +207,13 @@ def train_command(
     if as_json:
         print_json(model.model_dump(mode="json"))
         return
+    from apcir.evaluation.nugget_learned import nested_problem
+
+    nested = (f"nested cross-validation κ = {model.nested_kappa:.3f}" if model.nested_kappa is not None else
+              f"nested cross-validation κ not measured ({nested_problem([t for t, *_ in kept], folds, seed)})")
     console.print(f"learned matcher trained on {len(kept)} labels over {len(model.trained_on.turns)} turns "
-                  f"({model.trained_on.positives} covered): λ = {model.lam:g}, τ = {model.tau:.3f}; nested "
-                  f"cross-validation κ = {model.nested_kappa:.3f}; written to {out}", highlight=False)
+                  f"({model.trained_on.positives} covered): λ = {model.lam:g}, τ = {model.tau:.3f}; {nested}; "
+                  f"written to {out}", highlight=False, markup=False)
     for why, count in unmapped.items():
         console.print(f"note: {count} label(s) not used: {why}", highlight=False, markup=False)
 

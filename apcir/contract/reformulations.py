@@ -8,7 +8,7 @@ the reformulations JSONL: that output plus where it came from and what it cost.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal, TypeVar
 
@@ -94,9 +94,15 @@ class ReformulationRecord(BaseModel):
 M = TypeVar("M", bound=BaseModel)
 
 
-def load_turn_records(path: Path, model: type[M], what: str) -> dict[str, M]:
-    """Per-turn records of a JSONL file by canonical turn id; a later line for a turn replaces an earlier one."""
+def load_turn_records(path: Path, model: type[M], what: str, *,
+                      final: Callable[[M], bool] | None = None) -> dict[str, M]:
+    """Per-turn records of a JSONL file by canonical turn id; a later line for a turn replaces an earlier one (a
+    resumed log appends a turn's new record after its failed one).
+
+    ``final``: a record no other record of its turn may follow. Such a second record is refused, naming both
+    lines and the ids as written (``0_10`` and ``0-10`` are one turn), instead of silently replacing the first."""
     records: dict[str, M] = {}
+    lines: dict[str, tuple[int, str]] = {}
     for number, raw in iter_jsonl(path, f"{what}s file"):
         try:
             record = model.model_validate(raw)
@@ -108,7 +114,15 @@ def load_turn_records(path: Path, model: type[M], what: str) -> dict[str, M]:
             turn_id = canonical_turn_id(getattr(record, "turn_id"))  # noqa: B009
         except ApcirError as exc:
             raise ApcirError(str(exc), path=path, line=number) from None
+        if final is not None and turn_id in records and final(records[turn_id]):
+            earlier, written = lines[turn_id]
+            given = getattr(record, "turn_id")  # noqa: B009
+            same = f" (both are turn {turn_id})" if written != given else ""
+            raise ApcirError(f"two {what}s for turn {turn_id}: line {earlier} ({written!r}) and line {number} "
+                             f"({given!r}){same}; the later would silently replace the earlier: keep one",
+                             path=path)
         records[turn_id] = record.model_copy(update={"turn_id": turn_id})
+        lines[turn_id] = (number, str(getattr(record, "turn_id")))  # noqa: B009
     return records
 
 

@@ -57,6 +57,10 @@ class ResponseRecord(BaseModel):
     notes: list[str] = Field(default_factory=list, description="what the responder did on its own (a skipped passage)")
 
 
-def load_responses(path: Path) -> dict[str, ResponseRecord]:
-    """Records by canonical turn id; a later line for the same turn replaces an earlier one."""
-    return load_turn_records(path, ResponseRecord, "response")
+def load_responses(path: Path, *, one_answer: bool = False) -> dict[str, ResponseRecord]:
+    """Records by canonical turn id; a later line for the same turn replaces an earlier one (a resumed run appends
+    a failed turn's new record). ``one_answer`` (what evaluation reads): a record after an ``ok`` record of the same
+    turn is refused, naming both lines; apcir's own logs never hold one (a turn is answered again only after it
+    failed)."""
+    return load_turn_records(path, ResponseRecord, "response",
+                             final=(lambda record: record.status == "ok") if one_answer else None)

@@ -13,6 +13,10 @@ the τ maximising accuracy tends to "never covered". The **learned** matcher is 
 cross-validation (:mod:`apcir.evaluation.nugget_learned`), or, given a model file, with the model's τ on labels
 of turns it was not trained on. ``splits`` repeats the cross-validation with other random fold assignments:
 the spread of κ over them shows how much the split alone moves the figure.
+
+A figure that the labels leave **undefined** is None (JSON null) with the reason (``why``), never 0: κ when every
+label used is of one class (κ is then 0 whatever the matcher decides), precision when the matcher says covered
+for no pair, recall when no label says covered. An interval is over the resamples where the figure is defined.
 """
 
 from __future__ import annotations
@@ -36,9 +40,20 @@ __all__ = ["AgreementReport", "Figure", "Label", "agreement", "best_tau", "cohen
 
 
 class Figure(BaseModel):
-    value: float
-    low: float
-    high: float
+    """A figure with its bootstrap 95% interval; ``value`` None (JSON null) where it is undefined, and ``why``."""
+
+    value: float | None
+    low: float | None
+    high: float | None
+    why: str | None = Field(None, description="why the figure is undefined")
+
+    def text(self) -> str:
+        """``0.383 [0.254, 0.475]``, or ``undefined``."""
+        if self.value is None:
+            return "undefined"
+        if self.low is None or self.high is None:
+            return f"{self.value:.3f}"
+        return f"{self.value:.3f} [{self.low:.3f}, {self.high:.3f}]"
 
 
 class Spread(BaseModel):
@@ -90,11 +105,29 @@ class _Rows:
 
 
 def _figures(counts: np.ndarray) -> tuple[float, float, float, float]:
-    """(accuracy, κ, precision, recall) of summed per-turn counts [tp, fp, fn, tn]."""
+    """(accuracy, κ, precision, recall) of summed per-turn counts [tp, fp, fn, tn]; NaN where undefined
+    (:func:`_undefined`)."""
     tp, fp, fn, tn = counts
     n = tp + fp + fn + tn
-    return ((tp + tn) / n if n else 0.0, cohen_kappa(tp, fp, fn, tn), tp / (tp + fp) if tp + fp else 0.0,
-            tp / (tp + fn) if tp + fn else 0.0)
+    nan = float("nan")
+    return ((tp + tn) / n if n else nan, cohen_kappa(tp, fp, fn, tn) if tp + fn and fp + tn else nan,
+            tp / (tp + fp) if tp + fp else nan, tp / (tp + fn) if tp + fn else nan)
+
+
+def _undefined(counts: np.ndarray) -> list[str | None]:
+    """Why each of (accuracy, κ, precision, recall) is undefined on these counts [tp, fp, fn, tn], or None.
+
+    κ on labels of one class is 0 whatever the matcher decides (the agreement expected by chance is then the
+    agreement observed), or 0/0 when the matcher agrees on every pair: it says nothing of the matcher, so it is
+    undefined rather than 0."""
+    tp, fp, fn, tn = (int(c) for c in counts)
+    n = tp + fp + fn + tn
+    one_class = (f"every one of the {n} labels used says {'covered' if tp + fn else 'not covered'}, so κ is 0 "
+                 "whatever the matcher decides (chance agreement is then the observed agreement)")
+    return [None if n else "no labels",
+            None if tp + fn and fp + tn else one_class,
+            None if tp + fp else "the matcher said covered for none of the labelled pairs",
+            None if tp + fn else "no label says covered"]
 
 
 def _kept(nuggets: NuggetSet, runs: Mapping[str, Mapping[str, str]], labels: Sequence[Label],
@@ -168,14 +201,19 @@ def agreement(nuggets: NuggetSet, runs: Mapping[str, Mapping[str, str]], labels:
             scores = np.array([float(values[k]) for k in r.keys])  # type: ignore[arg-type]
             return scores >= fixed_tau, [], [], 0
         k = min(folds, len(set(r.turns)))
-        if k < 2:
-            raise ApcirError("cross-validation needs labels on at least 2 turns (or give --tau)")
-        if mode == "nested":
-            from apcir.evaluation.nugget_learned import nested_cv
+        if mode == "nested":  # its own limit: at least 3 turns (a fold held out, 2 left for the inner folds)
+            from apcir.evaluation.nugget_learned import nested_cv, nested_problem
 
+            problem = nested_problem(r.turns, folds, split_seed)
+            if problem is not None:
+                raise ApcirError(f"{problem}; label more turns, or measure a model trained on other turns "
+                                 "(--learned-model FILE)")
             features = np.array([values[key] for key in r.keys])
-            result = nested_cv(features, r.truth, r.turns, folds=k, seed=split_seed)
+            result = nested_cv(features, r.truth, r.turns, folds=folds, seed=split_seed)
             return result.decisions, result.taus, result.lambdas, k
+        if k < 2:
+            raise ApcirError(f"choosing τ by cross-validation needs labels on at least 2 turns (these are on {k}), "
+                             "or give --tau")
         scores = np.array([float(values[key]) for key in r.keys])  # type: ignore[arg-type]
         fold = nugget_cv.row_folds(r.turns, k, split_seed)
         decisions = np.zeros(len(scores), dtype=bool)
@@ -190,7 +228,7 @@ def agreement(nuggets: NuggetSet, runs: Mapping[str, Mapping[str, str]], labels:
         return decisions, taus, [], k
 
     def spread_of(r: _Rows) -> Spread | None:
-        if mode == "fixed" or splits < 2:
+        if mode == "fixed" or splits < 2 or r.truth.all() or not r.truth.any():  # κ of one class is undefined
             return None
         kappas = np.array([kappa_of(decide(r, seed + s)[0], r.truth) for s in range(splits)])
         return Spread(splits=splits, low=float(kappas.min()), median=float(np.median(kappas)),
@@ -245,14 +283,19 @@ def _bootstrap(rows: _Rows, decisions: np.ndarray, resamples: int, seed: int) ->
     counts = np.zeros((len(turns), 4))
     for turn, said, truly in zip(rows.turns, decisions, rows.truth):
         counts[turn_row[turn], (0 if said else 2) + (0 if truly else 1)] += 1  # tp, fp, fn, tn
-    point = _figures(counts.sum(axis=0))
+    total = counts.sum(axis=0)
+    point, why = _figures(total), _undefined(total)
     draws = np.random.default_rng(seed).integers(0, len(turns), size=(resamples, len(turns)))
     spread = np.array([_figures(counts[d].sum(axis=0)) for d in draws]) if resamples else np.zeros((0, 4))
     out = []
     for j in range(4):
-        if not len(spread):
-            out.append(Figure(value=point[j], low=point[j], high=point[j]))
+        if why[j] is not None:
+            out.append(Figure(value=None, low=None, high=None, why=why[j]))
             continue
-        low, high = np.percentile(spread[:, j], [2.5, 97.5])
-        out.append(Figure(value=point[j], low=float(low), high=float(high)))
+        defined = spread[~np.isnan(spread[:, j]), j] if len(spread) else spread[:, j]
+        if not len(defined):  # no resample (or none where it is defined): the point alone
+            out.append(Figure(value=float(point[j]), low=float(point[j]), high=float(point[j])))
+            continue
+        low, high = np.percentile(defined, [2.5, 97.5])  # over the resamples where it is defined
+        out.append(Figure(value=float(point[j]), low=float(low), high=float(high)))
     return out

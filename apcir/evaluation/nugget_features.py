@@ -58,19 +58,21 @@ def idf(word: str) -> float:
 
 
 def lexical_features(nugget: str, response: str, response_words: set[str] | None = None) -> list[float]:
-    """Every signal but ``cosine``, in :data:`FEATURES` order."""
-    words = content_words(nugget)
+    """Every signal but ``cosine``, in :data:`FEATURES` order. The IDF sums are exactly rounded (``math.fsum``) over
+    the words in sorted order: a set's order follows the process's string hash seed, and a plain float sum in that
+    order differed in its last digits from one process to the next."""
+    words = sorted(content_words(nugget))
     present = content_words(response) if response_words is None else response_words
-    hit, miss = words & present, words - present
+    hit, miss = [w for w in words if w in present], [w for w in words if w not in present]
     weight = {w: idf(w) for w in words}
-    total = sum(weight.values())
+    total = math.fsum(weight.values())
     numbers = set(_NUMBER.findall(nugget))
     return [len(hit) / len(words) if words else 0.0,
-            sum(weight[w] for w in hit) / total if total > 0 else 0.0,
+            math.fsum(weight[w] for w in hit) / total if total > 0 else 0.0,
             math.log1p(len(hit)), math.log1p(len(miss)),
-            sum(weight[w] for w in miss), max((weight[w] for w in miss), default=0.0),
+            math.fsum(weight[w] for w in miss), max((weight[w] for w in miss), default=0.0),
             float(len(numbers - set(_NUMBER.findall(response)))),
-            sum(weight[w] for w in hit)]
+            math.fsum(weight[w] for w in hit)]
 
 
 def pair_features(pairs: Sequence[Pair], encoder: str = "minilm") -> np.ndarray:

@@ -12,13 +12,17 @@ Two layouts, detected from the file (or named: ``apcir`` / ``cone-rag``):
   names the run whose response the worker read, by a short name that :data:`CONE_RAG_ALIASES` maps to the runs
   of ``automatic_responses.json``.
 
+One decision per (turn, run, nugget): a row that repeats an earlier one exactly is counted once (a warning
+says how many), and a key labelled both 1 and 0 stops the read, naming both lines.
+
 The alias table was derived from the labels themselves (the resource does not publish it): for each alias,
 the run whose responses best explain its labels, by the likelihood of its labels under a label-vs-signal
 curve fitted on the *other* aliases' labels, with lexical overlap and, independently, embedding similarity
 (``benchmarks/nugget_agreement.py --aliases`` prints the evidence; docs/guide/responses.md the figures).
 Where the evidence does not single one run out, the alias has two candidates: the first is used, and
 ``apcir nuggets agreement`` reports the figures under each. ``--alias ALIAS=RUN`` overrides an entry
-(repeat it for the same alias to give several candidates, the first one used).
+(repeat it for the same alias to give several candidates, the first one used); an alias that no row of the file
+has is refused with the aliases it does have (a misspelt alias would otherwise change nothing, silently).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from apcir.console import warn
 from apcir.errors import ApcirError
 from apcir.ids import canonical_turn_id
 from apcir.io import iter_lines, json_loads
@@ -116,7 +121,9 @@ def parse_aliases(values: Iterable[str]) -> dict[str, tuple[str, ...]]:
 def load_labels(path: str | Path, layout: str = "auto",
                 aliases: Mapping[str, Sequence[str]] | None = None) -> HumanLabels:
     """Read a labels file in either layout (module doc); ``aliases`` override entries of the published layout's
-    table. A malformed line stops the read with one line naming it."""
+    table, and each must be an alias of the file's rows. A malformed line stops the read with one line naming it;
+    so do two rows giving one (turn, run, nugget) different labels, while a row repeating another exactly is
+    counted once, with a warning."""
     path = Path(path).expanduser()
     if layout not in LAYOUTS:
         raise ApcirError(f"labels layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
@@ -128,15 +135,45 @@ def load_labels(path: str | Path, layout: str = "auto",
         raise ApcirError("no labels in the file", path=path)
     if layout == "auto":
         layout = PUBLISHED if _looks_published(lines[0][1]) and path.suffix != ".jsonl" else OWN
-    rows = [_published_row(text, path, n) if layout == PUBLISHED else _apcir_row(text, path, n, path.suffix)
-            for n, text in lines]
-    kept = tuple(r for r in rows if r is not None)
+    numbered = [(n, _published_row(text, path, n) if layout == PUBLISHED else _apcir_row(text, path, n, path.suffix))
+                for n, text in lines]
+    kept = _unique([(n, row) for n, row in numbered if row is not None], layout, path)
     if not kept:
         raise ApcirError("no labels in the file", path=path)
-    table = {**CONE_RAG_ALIASES, **{a: tuple(r) for a, r in (aliases or {}).items()}} if layout == PUBLISHED else {}
     if layout == OWN and aliases:
         raise ApcirError("--alias maps the published human study's run aliases; these labels name runs already")
+    used = sorted({r.source for r in kept})
+    for alias in aliases or {}:
+        if alias not in used:
+            raise ApcirError(f"--alias {alias}=...: no label row has the alias {alias}; the labels' aliases are "
+                             f"{', '.join(used)}", path=path)
+    table = {**CONE_RAG_ALIASES, **{a: tuple(r) for a, r in (aliases or {}).items()}} if layout == PUBLISHED else {}
     return HumanLabels(path=str(path), layout=layout, rows=kept, aliases=table)
+
+
+def _unique(rows: Sequence[tuple[int, LabelRow]], layout: str, path: Path) -> tuple[LabelRow, ...]:
+    """One label per (turn, run or alias, nugget): a row that repeats an earlier one, label included, is left out
+    with one warning (how many, and the first pair of lines); the same key labelled both 1 and 0 is refused,
+    naming the key and both lines (which decision holds is the labeller's to say, not apcir's)."""
+    first: dict[tuple[str, str, str], tuple[int, LabelRow]] = {}
+    repeats: list[tuple[int, int]] = []
+    for number, row in rows:
+        key = (row.turn_id, row.source, row.nugget_id)
+        if key not in first:
+            first[key] = (number, row)
+            continue
+        earlier, before = first[key]
+        if before.label != row.label:
+            source = "alias" if layout == PUBLISHED else "run"
+            raise ApcirError(f"turn {row.turn_id}, {source} {row.source}, nugget {row.nugget_id}: labelled "
+                             f"{before.label} on line {earlier} and {row.label} on line {number}; keep one decision "
+                             "per (turn, run, nugget)", path=path)
+        repeats.append((number, earlier))
+    if repeats:
+        warn(f"{path}: {len(repeats)} label row(s) repeat an earlier row (the same turn, "
+             f"{'alias' if layout == PUBLISHED else 'run'}, nugget and label) and are counted once (e.g. line "
+             f"{repeats[0][0]} repeats line {repeats[0][1]})")
+    return tuple(row for _, row in first.values())
 
 
 def _looks_published(text: str) -> bool:

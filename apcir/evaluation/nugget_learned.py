@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from scipy.optimize import minimize
 
 from apcir.errors import ApcirError
@@ -45,12 +45,16 @@ class Logistic:
     intercept: float
 
     def predict(self, features: np.ndarray) -> np.ndarray:
-        z = self.intercept + ((features - self.mean) / self.scale) @ self.weights
+        z = self.intercept + (((features - self.mean) / self.scale) * self.weights).sum(axis=1)
         return np.asarray(1.0 / (1.0 + np.exp(-z)))
 
 
 def fit_logistic(features: np.ndarray, truth: np.ndarray, lam: float) -> Logistic:
-    """L2-penalised logistic regression (the intercept unpenalised), fitted by L-BFGS."""
+    """L2-penalised logistic regression (the intercept unpenalised), fitted by L-BFGS.
+
+    The products are numpy's element-wise products and sums, not matrix products: a matrix product goes to BLAS,
+    whose threads may split a sum differently from one machine's thread count to another's; a trained model is
+    meant to be the same bytes every time (docs/guide/responses.md)."""
     mean = features.mean(axis=0)
     scale = features.std(axis=0)
     scale = np.where(scale > 0, scale, 1.0)
@@ -58,9 +62,10 @@ def fit_logistic(features: np.ndarray, truth: np.ndarray, lam: float) -> Logisti
     y = truth.astype(np.float64)
 
     def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
-        margin = z @ w
-        value = float((np.logaddexp(0.0, margin) - y * margin).sum() + lam * (w[1:] @ w[1:]) / 2)
-        gradient = z.T @ (1.0 / (1.0 + np.exp(-margin)) - y) + lam * np.concatenate([[0.0], w[1:]])
+        margin = (z * w).sum(axis=1)
+        value = float((np.logaddexp(0.0, margin) - y * margin).sum() + lam * (w[1:] * w[1:]).sum() / 2)
+        residual = 1.0 / (1.0 + np.exp(-margin)) - y
+        gradient = (z * residual[:, None]).sum(axis=0) + lam * np.concatenate([[0.0], w[1:]])
         return value, gradient
 
     w = minimize(loss, np.zeros(z.shape[1]), jac=True, method="L-BFGS-B").x
@@ -100,14 +105,35 @@ class NestedResult:
     taus: list[float]
 
 
+def nested_problem(turns: Sequence[str], folds: int, seed: int) -> str | None:
+    """Why nested cross-validation over ``folds`` folds of these turns cannot run, or None: every outer fold's
+    training turns must leave at least 2 turns for the inner cross-validation that chooses λ and τ (so at least 3
+    turns in all, and with few turns, enough folds)."""
+    distinct = sorted(set(turns))
+    if len(distinct) < 3:
+        return (f"measuring the learned matcher by nested cross-validation needs labels on at least 3 turns (these "
+                f"are on {len(distinct)}: {', '.join(distinct)}): each outer fold holds a turn out, and the inner "
+                "cross-validation that chooses λ and τ needs 2 of the turns left")
+    k = min(folds, len(distinct))
+    fold = nugget_cv.row_folds(list(distinct), k, seed)
+    for j in range(k):
+        left = int((fold != j).sum())
+        if left < 2:
+            return (f"nested cross-validation over {k} folds of {len(distinct)} turns trains outer fold {j + 1} on "
+                    f"{left} turn; the inner cross-validation that chooses λ and τ needs 2: give --folds "
+                    f"{len(distinct)} or labels on more turns")
+    return None
+
+
 def nested_cv(features: np.ndarray, truth: np.ndarray, turns: Sequence[str], *, folds: int = 5, seed: int = 0,
               inner_folds: int = 4) -> NestedResult:
     """Out-of-fold decisions of the learned matcher (module doc): no row is scored by a model whose training,
     or whose choice of λ and τ, saw its turn."""
     turns = list(turns)
+    problem = nested_problem(turns, folds, seed)
+    if problem is not None:
+        raise ApcirError(problem)
     k = min(folds, len(set(turns)))
-    if k < 2:
-        raise ApcirError("measuring the learned matcher needs labels on at least 2 turns")
     fold = nugget_cv.row_folds(turns, k, seed)
     scores = np.zeros(len(truth))
     decisions = np.zeros(len(truth), dtype=bool)
@@ -134,7 +160,11 @@ class TrainedOn(BaseModel):
 
 
 class LearnedModel(BaseModel):
-    """What ``apcir nuggets train`` writes: the fitted regression, its τ, and what it was trained on."""
+    """What ``apcir nuggets train`` writes: the fitted regression, its τ, and what it was trained on. Every number
+    is finite (a NaN or an infinity, which JSON as Python writes it can hold, would score every pair NaN, covered
+    by no τ: the file is refused, naming the field) and every scale positive (it divides)."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
 
     format: Literal["apcir-learned-matcher/1"] = "apcir-learned-matcher/1"
     features: list[str]
@@ -149,6 +179,14 @@ class LearnedModel(BaseModel):
     trained_on: TrainedOn
     nested_kappa: float | None = Field(None, description="κ of nested cross-validation over the training turns")
 
+    @field_validator("scale")
+    @classmethod
+    def _positive(cls, value: list[float]) -> list[float]:
+        bad = [i for i, v in enumerate(value) if v <= 0]
+        if bad:
+            raise ValueError(f"scale {value[bad[0]]!r} at position {bad[0]} is not positive (it divides the signal)")
+        return value
+
     def logistic(self) -> Logistic:
         return Logistic(mean=np.array(self.mean), scale=np.array(self.scale), weights=np.array(self.weights),
                         intercept=self.intercept)
@@ -156,17 +194,21 @@ class LearnedModel(BaseModel):
 
 def train_model(features: np.ndarray, truth: np.ndarray, turns: Sequence[str], *, encoder: str, labels_path: Path,
                 folds: int = 5, seed: int = 0) -> LearnedModel:
-    """λ and τ by cross-validation over all the labelled turns, then one fit on all of them."""
+    """λ and τ by cross-validation over all the labelled turns, then one fit on all of them; its nested
+    cross-validation κ when the turns allow one (:func:`nested_problem`; otherwise None)."""
+    if truth.all() or not truth.any():
+        raise ApcirError(f"training the learned matcher needs labels of both kinds: all {len(truth)} labels used say "
+                         f"{'covered' if truth.any() else 'not covered'}", path=labels_path)
     lam, tau, _ = choose_settings(features, truth, turns, folds=folds, seed=seed)
     fitted = fit_logistic(features, truth, lam)
-    nested = nested_cv(features, truth, turns, folds=folds, seed=seed)
+    nested = None if nested_problem(turns, folds, seed) else nested_cv(features, truth, turns, folds=folds, seed=seed)
     return LearnedModel(
         features=list(FEATURES), encoder=encoder, mean=fitted.mean.tolist(), scale=fitted.scale.tolist(),
         weights=fitted.weights.tolist(), intercept=fitted.intercept, lam=lam, tau=tau,
         trained_on=TrainedOn(labels_file=labels_path.name,
                              labels_sha256=hashlib.sha256(labels_path.read_bytes()).hexdigest(),
                              labels=len(truth), positives=int(truth.sum()), turns=sorted(set(turns))),
-        nested_kappa=kappa_of(nested.decisions, truth))
+        nested_kappa=kappa_of(nested.decisions, truth) if nested is not None else None)
 
 
 def save_model(path: Path, model: LearnedModel) -> None:
@@ -182,7 +224,10 @@ def load_model(path: str | Path) -> LearnedModel:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise ApcirError(f"not a learned matcher model (apcir nuggets train writes one): {where}: {first['msg']}",
+        given = first.get("input")
+        got = f" (got {given!r})" if isinstance(given, float) else ""
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise ApcirError(f"not a learned matcher model (apcir nuggets train writes one): {where}: {message}{got}",
                          path=path) from None
     if model.features != list(FEATURES) or not (len(model.mean) == len(model.scale) == len(model.weights)
                                                  == len(FEATURES)):

@@ -3,8 +3,10 @@
 Per turn: **recall** = covered nuggets / the turn's nuggets; **weighted recall** = the covered nuggets'
 weights / all its nuggets' weights (equal to recall when every weight is 1, as in 2025). A run's means are
 over the nuggets' turns it was scored on: a turn with nuggets and no response from the run scores 0 (it is
-counted as ``missing``); a turn with a nugget the matcher could not decide (an LLM answer that stayed
-unusable) is left out of that run's means and listed, never scored 0.
+counted as ``missing``); so does an empty response (nothing but white space once citations are removed): it is
+not sent to the matcher, is listed as ``empty`` among the missing, and a warning names the turns; a turn
+with a nugget the matcher could not decide (an LLM answer that stayed unusable) is left out of that run's means
+and listed, never scored 0.
 
 Many runs: a paired significance test of each run against a baseline run (:mod:`apcir.metrics.significance`,
 over the turns both were scored on), and, with a second matcher, Kendall's τ between the two matchers'
@@ -40,6 +42,7 @@ class RunNuggets(BaseModel):
     weighted_recall: float
     turns: int = Field(description="turns scored (missing ones included, at 0)")
     missing: list[str] = Field(default_factory=list, description="turns with nuggets and no response: scored 0")
+    empty: list[str] = Field(default_factory=list, description="of the missing turns, those whose response is empty")
     unscored: dict[str, str] = Field(default_factory=dict, description="turn -> why the matcher left it undecided")
     per_turn: dict[str, TurnNuggets] = Field(default_factory=dict)
     per_level: dict[str, dict[str, float]] = Field(default_factory=dict)
@@ -138,12 +141,16 @@ def score_runs(nuggets: NuggetSet, runs: Mapping[str, Mapping[str, str]], matche
     check_runs_against(runs, nuggets)
     if baseline is not None and baseline not in runs:
         raise ApcirError(f"--baseline {baseline!r} is not one of the runs: {', '.join(sorted(runs))}")
-    scores, info = match(nuggets, runs, matcher, settings)
+    empty = _empty_responses(runs, nuggets)
+    answered = {run: {t: text for t, text in responses.items() if text.strip()} for run, responses in runs.items()}
+    scores, info = match(nuggets, answered, matcher, settings)
     report = NuggetReport(nuggets=nuggets.name, matcher=info, runs={
         run: run_scores(run, nuggets, scores[run], info.tau, levels) for run in runs}, baseline=baseline)
     for run in report.runs.values():
+        run.empty = empty.get(run.run, [])
         if run.missing:
-            report.notes.append(f"{run.run}: {len(run.missing)} turn(s) with nuggets have no response (scored 0)")
+            report.notes.append(f"{run.run}: {len(run.missing)} turn(s) with nuggets have no response (scored 0"
+                                + (f"; {len(run.empty)} of them empty" if run.empty else "") + ")")
         if run.unscored:
             report.notes.append(f"{run.run}: {len(run.unscored)} turn(s) left out, the matcher could not decide "
                                 f"every nugget (e.g. {next(iter(run.unscored))})")
@@ -151,7 +158,7 @@ def score_runs(nuggets: NuggetSet, runs: Mapping[str, Mapping[str, str]], matche
         per_turn = {r: {t: {RECALL: v.recall} for t, v in s.per_turn.items()} for r, s in report.runs.items()}
         report.tests = compare_with(per_turn, baseline, [RECALL], significance)
     if compare_matcher is not None:
-        other_scores, other_info = match(nuggets, runs, compare_matcher, settings.model_copy(update={"tau": None}))
+        other_scores, other_info = match(nuggets, answered, compare_matcher, settings.model_copy(update={"tau": None}))
         report.compare_matcher = other_info
         report.compare_recall = {run: run_scores(run, nuggets, other_scores[run], other_info.tau).recall
                                  for run in runs}
@@ -164,6 +171,21 @@ def score_runs(nuggets: NuggetSet, runs: Mapping[str, Mapping[str, str]], matche
         else:
             report.notes.append("Kendall's τ needs at least 3 runs")
     return report
+
+
+def _empty_responses(runs: Mapping[str, Mapping[str, str]], nuggets: NuggetSet) -> dict[str, list[str]]:
+    """Each run's turns with nuggets whose response is empty, named in one warning per run: they score 0 as turns
+    without a response (an empty text answers nothing; the matcher is not asked about it)."""
+    from apcir.console import shown, warn
+    from apcir.ids import natural_key
+
+    empty = {run: sorted((t for t, text in responses.items() if t in nuggets.by_turn and not text.strip()),
+                         key=natural_key) for run, responses in runs.items()}
+    for run, turns in empty.items():
+        if turns:
+            warn(f"run {run}: {len(turns)} empty response(s) (turns {shown(turns, 5)}): each scores 0, as a turn "
+                 "without a response does (counted among the missing)")
+    return {run: turns for run, turns in empty.items() if turns}
 
 
 def _mean(values: object) -> float:

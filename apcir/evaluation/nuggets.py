@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -27,6 +27,9 @@ from apcir.console import shown
 from apcir.errors import ApcirError
 from apcir.ids import canonical_turn_id
 from apcir.io import iter_jsonl, read_json
+
+if TYPE_CHECKING:
+    from apcir.contract.responses import ResponseRecord
 
 
 class Nugget(BaseModel):
@@ -152,7 +155,8 @@ def load_response_runs(sources: Iterable[str | Path]) -> dict[str, dict[str, str
 
     ``NAME=PATH`` names the run of a one-run file; otherwise apcir's ``responses.jsonl`` (the name ``apcir run``
     writes) is named after its directory (``runs/demo/responses.jsonl`` is ``demo``) and other files after
-    themselves. Citation markers ``[n]`` are removed from apcir's responses before matching.
+    themselves. Citation markers ``[n]`` are removed from apcir's responses before matching. A turn answered twice
+    in one file (``0_10`` and ``0-10`` are one turn) is refused, naming both entries: one text would silently win.
     """
     from apcir.datasets import RESPONSE_RUNS, response_run_files
 
@@ -184,26 +188,63 @@ def run_name_and_path(text: str) -> tuple[str | None, str]:
     return name, rest
 
 
+def run_label(path: Path) -> str:
+    """A one-run file's run name: apcir's ``responses.jsonl`` is named after its directory, any other file after
+    itself."""
+    return path.resolve().parent.name if path.stem == "responses" and path.resolve().parent.name else path.stem
+
+
+def load_response_records(sources: Iterable[str]) -> dict[str, dict[str, ResponseRecord]]:
+    """``run -> turn -> record`` of apcir respond's JSONL files, named as :func:`load_response_runs` names them
+    (``NAME=PATH``, else :func:`run_label`); a turn answered twice in one file is refused (:func:`load_responses`'s
+    ``one_answer``)."""
+    from apcir.contract.responses import load_responses
+
+    runs: dict[str, dict[str, ResponseRecord]] = {}
+    for source in sources:
+        name, text = run_name_and_path(str(source))
+        path = Path(text).expanduser()
+        if not path.exists():
+            raise ApcirError("responses file not found", path=path)
+        if path.suffix == ".json":
+            raise ApcirError("without --nuggets, the responses are apcir respond's JSONL (one record a line); "
+                             "iKAT 2024's and BERGEN's JSON files are scored for nugget recall (--nuggets)", path=path)
+        run = name or run_label(path)
+        if run in runs:
+            raise ApcirError(f"two responses files hold a run named {run!r}: name them NAME=PATH", path=path)
+        records = load_responses(path, one_answer=True)
+        if not records:
+            raise ApcirError("no response records", path=path)
+        runs[run] = records
+    if not runs:
+        raise ApcirError("no responses given")
+    return runs
+
+
 def _runs_of(path: Path) -> dict[str, dict[str, str]]:
     if not path.exists():
         raise ApcirError("responses file not found", path=path)
     if path.suffix == ".jsonl":
         from apcir.contract.responses import load_responses, strip_citations
 
-        records = load_responses(path)
-        name = path.resolve().parent.name if path.stem == "responses" and path.resolve().parent.name else path.stem
-        return {name: {t: strip_citations(r.text) for t, r in records.items() if r.status == "ok"}}
+        records = load_responses(path, one_answer=True)
+        return {run_label(path): {t: strip_citations(r.text) for t, r in records.items() if r.status == "ok"}}
     data = read_json(path, "responses file")
     if isinstance(data, list):  # BERGEN: one run
         responses: dict[str, str] = {}
+        seen: dict[str, tuple[int, str]] = {}
         for n, row in enumerate(data, start=1):
             if not isinstance(row, dict) or "q_id" not in row or not isinstance(row.get("response"), str):
                 raise ApcirError(f'record #{n}: expected {{"q_id", "response", ...}}', path=path)
-            responses[_turn(row["q_id"], path)] = row["response"]
+            turn = _turn(row["q_id"], path)
+            _once(seen, turn, n, str(row["q_id"]), "record", path)
+            responses[turn] = row["response"]
         return {path.stem: responses}
     if isinstance(data, dict) and all(isinstance(v, dict) for v in data.values()):  # {turn: {run: text}}
         runs: dict[str, dict[str, str]] = {}
-        for turn, by_run in data.items():
+        keys: dict[str, tuple[int, str]] = {}
+        for position, (turn, by_run) in enumerate(data.items(), start=1):
+            _once(keys, _turn(turn, path), position, str(turn), "key", path)
             for run, value in by_run.items():
                 if not isinstance(value, str):
                     raise ApcirError(f"turn {turn}, run {run}: the response is not a string", path=path)
@@ -211,6 +252,16 @@ def _runs_of(path: Path) -> dict[str, dict[str, str]]:
         return runs
     raise ApcirError("not a responses file: expected apcir's JSONL, {turn_id: {run: text}} or "
                      '[{"q_id", "response"}]', path=path)
+
+
+def _once(seen: dict[str, tuple[int, str]], turn: str, position: int, written: str, what: str, path: Path) -> None:
+    """Refuse a second entry of one turn in a responses file (``0_10`` and ``0-10`` are one turn): one of the two
+    texts would silently win."""
+    if turn in seen:
+        first, before = seen[turn]
+        raise ApcirError(f"turn {turn} is answered twice: {what} #{first} ({before!r}) and {what} #{position} "
+                         f"({written!r}); one response per turn and run: keep one", path=path)
+    seen[turn] = (position, written)
 
 
 def check_runs_against(runs: Mapping[str, Mapping[str, str]], nuggets: NuggetSet) -> None:

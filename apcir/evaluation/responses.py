@@ -10,7 +10,11 @@ optional LLM judge; each overall and per personalisation level.
 - **Judge** (:mod:`apcir.evaluation.judge`): the normalised rubric score, over the turns the judge scored;
   unjudged turns are counted and listed, never scored 0.
 
-Failed response records are not scored; they are counted (``failed``).
+Failed response records are not scored; they are counted (``failed``). Nor are empty ones (``ok`` records with no
+text once their citations are removed): they are counted (``empty``), and a warning names them.
+
+**Several runs** (:func:`compare_response_runs`): each run's measures as above, and with a baseline run, a paired
+test of every other run against it per measure, over the turns both runs have that measure for.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from statistics import fmean
 
 from pydantic import BaseModel, Field
 
-from apcir.console import warn
+from apcir.console import shown, warn
 from apcir.contract.records import Qrels, Turn
 from apcir.contract.responses import ResponseRecord, cited_numbers, strip_citations
 from apcir.errors import ApcirError
@@ -29,7 +33,7 @@ from apcir.evaluation.nugget_matchers import MatcherSettings
 from apcir.evaluation.nuggets import NuggetSet
 from apcir.ids import natural_key
 from apcir.llm.settings import LLMSettings
-from apcir.metrics import check_judged
+from apcir.metrics import Comparison, SignificanceSettings, check_judged, compare_with
 
 ROUGE, PRECISION, HIT, JUDGE, NUGGETS = ("ROUGE-L", "citation precision", "relevant citation", "judge",
                                         "nugget recall")
@@ -100,26 +104,34 @@ def evaluate_responses(
     matcher: str = "embedding",
     matcher_settings: MatcherSettings | None = None,
     aspects: Mapping[str, Sequence[str]] | None = None,
+    run_name: str | None = None,
 ) -> ResponseMetrics:
     """The response measures of ``responses`` for the topic turns ``turns`` (see the module docstring).
 
     ``references``: each turn's canonical response, when not the topics' own (``datasets.reference_responses``
     gives the NIST gold responses of ``ikat25-test``). ``nuggets``: score each response's nugget recall with
-    ``matcher`` (:mod:`apcir.evaluation.nugget_scores`), over the turns that have nuggets."""
+    ``matcher`` (:mod:`apcir.evaluation.nugget_scores`), over the turns that have nuggets. ``run_name``: the run's
+    name, for the warnings, when several runs are evaluated."""
     if references is not None:
         turns = [t.model_copy(update={"response": references.get(t.turn_id, t.response)}) for t in turns]
     in_topics = [t for t in turns if t.turn_id in responses]
     if not in_topics:
         raise ApcirError(f"no response is for a turn of {topics} ({len(responses)} responses): are these the topics "
                          "the responses were made for?")
-    ok = [t for t in in_topics if responses[t.turn_id].status == "ok" and responses[t.turn_id].text.strip()]
+    ok = [t for t in in_topics if responses[t.turn_id].status == "ok" and strip_citations(responses[t.turn_id].text)]
+    empty = [t.turn_id for t in in_topics
+             if responses[t.turn_id].status == "ok" and not strip_citations(responses[t.turn_id].text)]
     per_turn: dict[str, dict[str, float]] = {t.turn_id: {} for t in ok}
     notes: list[str] = []
-    counts = {"responses": len(in_topics), "ok": len(ok), "failed": len(in_topics) - len(ok),
-              "not in the topics": len(set(responses) - {t.turn_id for t in turns})}
+    counts = {"responses": len(in_topics), "ok": len(ok), "failed": len(in_topics) - len(ok) - len(empty),
+              "empty": len(empty), "not in the topics": len(set(responses) - {t.turn_id for t in turns})}
     if counts["failed"]:
         notes.append(f"{counts['failed']} failed response(s) are not scored")
-    _check_records(responses, ok, {t.turn_id for t in turns}, topics)
+    if empty:
+        of_run = f" of run {run_name}" if run_name else ""
+        warn(f"{len(empty)} empty response(s){of_run} (turns {shown(empty, 5)}): not scored, as failed ones are not")
+        notes.append(f"{len(empty)} empty response(s) are not scored")
+    _check_records(responses, ok, {t.turn_id for t in turns}, topics, run_name)
     # ROUGE-L
     with_reference = [t for t in ok if t.response.strip()]
     if not any(t.response.strip() for t in turns):
@@ -202,8 +214,8 @@ def evaluate_responses(
             raise ApcirError(f"--levels: none of the {len(per_turn)} scored turn(s) has a level there ({len(by_level)} "
                              "levels read); are they the levels of these turns (of this topic set)?")
         if covered < len(per_turn):
-            warn(f"--levels: levels cover {covered} of the {len(per_turn)} scored turn(s); the per-level rows are "
-                 f"over those {covered} only")
+            warn(f"--levels: levels cover {covered} of the {len(per_turn)} scored turn(s)"
+                 f"{f' of run {run_name}' if run_name else ''}; the per-level rows are over those {covered} only")
             notes.append(f"per-level rows over the {covered} of {len(per_turn)} scored turns that have a level")
     for level in sorted({by_level[t] for t in per_turn if t in by_level}):
         per_level[level], level_turns[level] = _means(v for t, v in per_turn.items() if by_level.get(t) == level)
@@ -215,24 +227,56 @@ def evaluate_responses(
     )
 
 
+class ResponseRuns(BaseModel):
+    """Several runs' response measures side by side, with each run's paired tests against a baseline run."""
+
+    runs: dict[str, ResponseMetrics]
+    baseline: str | None = None
+    significance: SignificanceSettings = Field(default_factory=SignificanceSettings)
+    tests: list[Comparison] = Field(default_factory=list, description="each other run against the baseline, per "
+                                                                      "measure, over the turns both scored")
+
+
+def compare_response_runs(runs: Mapping[str, ResponseMetrics], baseline: str | None,
+                          significance: SignificanceSettings | None = None) -> ResponseRuns:
+    """``runs`` with, given a ``baseline`` (one of them), a paired test of every other run against it on each
+    measure, over the turns both runs have that measure for (a turn without a canonical response has no ROUGE-L,
+    an unjudged turn no judge score); one correction family per measure, over the runs
+    (:func:`apcir.metrics.significance.compare_with`)."""
+    significance = significance or SignificanceSettings()
+    if baseline is not None and baseline not in runs:
+        raise ApcirError(f"--baseline {baseline!r} is not one of the runs: {', '.join(runs)}")
+    tests: list[Comparison] = []
+    if baseline is not None and len(runs) > 1:
+        for measure in MEASURES:
+            per_turn = {run: {t: {measure: v[measure]} for t, v in metrics.per_turn.items() if measure in v}
+                        for run, metrics in runs.items()}
+            if per_turn[baseline] and any(per_turn[r] for r in runs if r != baseline):
+                tests += compare_with(per_turn, baseline, [measure], significance)
+    order = {run: i for i, run in enumerate(runs)}
+    tests.sort(key=lambda c: (order[c.system], MEASURES.index(c.measure)))
+    return ResponseRuns(runs=dict(runs), baseline=baseline, significance=significance, tests=tests)
+
+
 def _check_records(responses: Mapping[str, ResponseRecord], ok: Sequence[Turn], topic_ids: set[str],
-                   topics: str) -> None:
+                   topics: str, run: str | None = None) -> None:
     """Warn, with counts and an example, about what a response record should not hold: citations that are not
     among its passages, markers [n] past its passages, and records of turns outside the topics."""
+    of_run = f" of run {run}" if run else ""
     outside = [t for t in ok if set(responses[t.turn_id].citations) - set(responses[t.turn_id].passages)]
     if outside:
         first = responses[outside[0].turn_id]
         example = sorted(set(first.citations) - set(first.passages))[0]
-        warn(f"{len(outside)} response(s) cite passages that are not among their passages (e.g. turn "
+        warn(f"{len(outside)} response(s){of_run} cite passages that are not among their passages (e.g. turn "
              f"{first.turn_id}: {example}); their citation precision counts them as given")
     past = [t for t in ok if any(n < 1 or n > len(responses[t.turn_id].passages)
                                  for n in cited_numbers(responses[t.turn_id].text))]
     if past:
         first = responses[past[0].turn_id]
         bad = next(n for n in cited_numbers(first.text) if n < 1 or n > len(first.passages))
-        warn(f"{len(past)} response text(s) cite a number that is no passage of theirs (e.g. turn {first.turn_id}: "
-             f"[{bad}] with {len(first.passages)} passage(s))")
-    warn_outside_topics({"": list(responses)}, topic_ids, topics)
+        warn(f"{len(past)} response text(s){of_run} cite a number that is no passage of theirs (e.g. turn "
+             f"{first.turn_id}: [{bad}] with {len(first.passages)} passage(s))")
+    warn_outside_topics({run or "": list(responses)}, topic_ids, topics)
 
 
 def warn_outside_topics(runs: Mapping[str, Sequence[str]], topic_ids: set[str], topics: str) -> int:
