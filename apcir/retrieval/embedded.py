@@ -45,6 +45,7 @@ from apcir.io import atomic_write, read_text, write_text
 from apcir.retrieval.encoder import SpladeEncoder, encode_and_search
 from apcir.retrieval.engine import BLOCK, SparseEngine, engine_arrays
 from apcir.retrieval.manifest import IndexManifest
+from apcir.retrieval.postings_writer import write_postings
 
 POSTINGS = "postings.npz"
 """The layout before memory-mapped arrays (converted on first open)."""
@@ -96,16 +97,11 @@ def write_index(
     out: Path, chunks: Iterable[tuple[list[str], sp.csr_matrix]], encoder: SpladeEncoder, *, threads: int,
     work: Path,
 ) -> dict[str, Any]:
-    """The backend's ``build``: stack the encoded chunks into the postings of ``out``."""
-    ids: list[str] = []
-    blocks = []
-    for chunk_ids, matrix in chunks:
-        ids.extend(chunk_ids)
-        blocks.append(matrix)
-    documents = (sp.vstack(blocks, format="csr", dtype=np.float32) if blocks
-                 else sp.csr_matrix((0, encoder.vocab_size), dtype=np.float32))
-    save_embedded(out, documents, ids)
-    return {"nonzeros": int(documents.nnz)}
+    """The backend's ``build``: the postings of ``out`` from the encoded chunks, with bounded memory
+    (:mod:`apcir.retrieval.postings_writer`: the files :func:`save_embedded` writes from them all in memory)."""
+    files = {name: array_path(out, name) for name in ARRAYS} | {"ids": out / ID_ARRAY}
+    nonzeros = write_postings(chunks, encoder.vocab_size, work=work, files=files, ids_txt=out / IDS)
+    return {"nonzeros": nonzeros}
 
 
 def open_index(folder: Path, manifest: IndexManifest | None, encoder: SpladeEncoder | None, *,
