@@ -32,7 +32,7 @@ import time
 import zipfile
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -596,15 +596,64 @@ def _encode_chunk_again(path: Path, work: Path, plan: BuildPlan, encoder: TextEn
     return ids, matrix
 
 
-def check_unique(ids: list[str]) -> None:
-    """Raise on a passage id that occurs twice (across shards), without a set of all strings."""
-    hashes = np.fromiter((hash(i) for i in ids), dtype=np.int64, count=len(ids))
-    order = np.argsort(hashes, kind="stable")
-    same = np.flatnonzero(hashes[order][1:] == hashes[order][:-1])
-    for position in same:
-        a, b = order[position], order[position + 1]
-        if ids[a] == ids[b]:
-            raise ApcirError(f"duplicate passage id {ids[a]!r} (passages {a} and {b} of the collection, in file order)")
+@dataclass(frozen=True)
+class EncodedChunks:
+    """A plan's encoded chunks in collection order, read from disk at each iteration, one at a time (a damaged one
+    is made again by ``redo`` and saved in its place): a backend may read them more than once (the embedded one
+    counts postings, then places them)."""
+
+    work: Path
+    plan: BuildPlan
+    redo: Callable[[int, int], tuple[list[str], Vectors]]
+
+    def __iter__(self) -> Iterator[tuple[list[str], Vectors]]:
+        return _iter_chunks(self.work, self.plan, self.redo)
+
+    @property
+    def ids(self) -> Iterable[str]:
+        """The passage ids alone (the chunks' ``.ids`` files, once the chunks have been read), as often as they are
+        iterated."""
+        return _Reread(lambda: (pid for id_file in self._id_files()
+                                for pid in id_file.read_text(encoding="utf-8").splitlines()))
+
+    def _id_files(self) -> Iterator[Path]:
+        for index in range(self.plan.shards):
+            folder = _shard_dir(self.work, index, self.plan.shards)
+            number = 0
+            while (paths := _chunk_paths(folder, number, self.plan.encoder_kind))[0].exists():
+                yield paths[1]
+                number += 1
+
+
+class _Reread:
+    def __init__(self, make: Callable[[], Iterator[str]]) -> None:
+        self.make = make
+
+    def __iter__(self) -> Iterator[str]:
+        return self.make()
+
+
+def check_unique(ids: Iterable[str]) -> int:
+    """Raise on a passage id that occurs twice (across shards); returns the number of ids.
+
+    Holds an 8-byte hash an id, not the ids: ``ids`` (a list, or :attr:`EncodedChunks.ids`) is read a second time
+    only when two hashes are equal, to tell a repeated id from two ids of one hash."""
+    hashes = np.fromiter((hash(i) for i in ids), dtype=np.int64)
+    count = int(hashes.size)
+    hashes.sort()
+    repeated = set(hashes[1:][hashes[1:] == hashes[:-1]].tolist())
+    del hashes
+    if repeated:
+        seen: dict[int, list[tuple[int, str]]] = {}
+        for position, pid in enumerate(ids):
+            key = hash(pid)
+            if key in repeated:
+                for earlier, other in seen.setdefault(key, []):
+                    if other == pid:
+                        raise ApcirError(f"duplicate passage id {pid!r} (passages {earlier} and {position} of the "
+                                         "collection, in file order)")
+                seen[key].append((position, pid))
+    return count
 
 
 def _merge(out: Path, path: Path, plan: BuildPlan, encoder: TextEncoder, spec: BackendSpec, threads: int,
@@ -615,24 +664,20 @@ def _merge(out: Path, path: Path, plan: BuildPlan, encoder: TextEncoder, spec: B
     missing = [i for i in range(plan.shards) if not (_shard_dir(work, i, plan.shards) / "done.json").exists()]
     if missing:
         raise ApcirError(f"cannot merge: shard(s) {', '.join(map(str, missing))} of {plan.shards} are not encoded", path=work)
-    ids: list[str] = []
     redone: list[int] = []
 
-    def chunks() -> Iterator[tuple[list[str], Vectors]]:
-        def redo(index: int, number: int) -> tuple[list[str], Vectors]:
-            chunk = _encode_chunk_again(path, work, plan, encoder, index, number)
-            redone.append(len(chunk[0]))
-            return chunk
+    def redo(index: int, number: int) -> tuple[list[str], Vectors]:
+        chunk = _encode_chunk_again(path, work, plan, encoder, index, number)
+        redone.append(len(chunk[0]))
+        return chunk
 
-        for chunk_ids, matrix in _iter_chunks(work, plan, redo):
-            ids.extend(chunk_ids)
-            yield chunk_ids, matrix
+    chunks = EncodedChunks(work, plan, redo)  # from disk at each pass: one chunk in memory
 
-    facts = spec.call("build", out, chunks(), encoder, threads=threads, work=work, **_at(target))
-    if not ids:
+    facts = spec.call("build", out, chunks, encoder, threads=threads, work=work, **_at(target))
+    passages = check_unique(chunks.ids)  # every chunk was read (a damaged one made again): their ids are sound
+    if not passages:
         raise ApcirError("the collection holds no passage (only blank lines?): nothing was indexed",
                          path=plan.collection.path)
-    check_unique(ids)
     manifest = IndexManifest(
         backend=spec.name,
         model=encoder.name,
@@ -642,7 +687,7 @@ def _merge(out: Path, path: Path, plan: BuildPlan, encoder: TextEncoder, spec: B
         vocab_size=getattr(encoder, "vocab_size", None),
         dtype=plan.dtype,
         collection=plan.collection,
-        passages=len(ids),
+        passages=passages,
         build_seconds=round(time.perf_counter() - started, 3),
         created=now_iso(),
         apcir_version=__version__,

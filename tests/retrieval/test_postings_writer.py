@@ -163,3 +163,22 @@ def test_peak_memory_does_not_grow_with_the_collection(tmp_path):
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
         peaks.append(int(done.stdout.split()[-1]))
     assert peaks[1] < peaks[0] + 40, peaks  # MiB: 4x the postings (+192 MB as CSR), not 4x the memory
+
+
+def test_the_merge_checks_ids_by_their_hashes_and_reads_them_again_only_on_a_repeat():
+    from apcir.errors import ApcirError
+    from apcir.retrieval.build import check_unique
+
+    class Counting(list):
+        passes = 0
+
+        def __iter__(self):
+            type(self).passes += 1
+            return super().__iter__()
+
+    ids = Counting(f"p:{i}" for i in range(1000))
+    assert check_unique(ids) == 1000 and Counting.passes == 1
+    ids.append("p:17")
+    with pytest.raises(ApcirError, match=r"duplicate passage id 'p:17' \(passages 17 and 1000 of the collection"):
+        check_unique(ids)
+    assert Counting.passes == 3
