@@ -660,7 +660,8 @@ def run(options: argparse.Namespace) -> dict:
                 continue
             common = ["--size", str(size), "--engine", engine, *density_args(density)]
             build_file = size_dir(size, density) / f"{engine}.build.json"
-            built = json.loads(build_file.read_text()) if build_file.is_file() and not options.force else None
+            kept = build_file.is_file() and index_dir(size, density, engine).is_dir() and not options.force
+            built = json.loads(build_file.read_text()) if kept else None  # an index built, not yet searched
             if built is None:
                 built = child(["build", *common, "--threads", str(options.threads)])
             value: dict[str, Any] = {"build": built}
