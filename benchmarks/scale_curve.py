@@ -47,7 +47,9 @@ be resident for full speed (embedded: ``local`` + ``data`` + ``bounds``, the arr
 compressed index, its block-max data and lexicons; seismic: the loaded index, RSS after loading minus before;
 lucene: the index folder); per query kind and k in (1000, 100): p50 / p95 / mean ms of one query at a time on one
 thread, on two threads where the engine splits a query (embedded), the batch throughput on one and two threads
-(ms a query), and recall of the exact top k. Latencies are warm: one untimed pass over the queries first.
+(ms a query), recall of the exact top k, and the search process's peak RSS and its own memory after the queries
+(RssAnon: the index's mapped pages left out; per-query memory must not grow with the collection). Latencies are
+warm: one untimed pass over the queries first. Fits use the sizes from 1M up where two are measured.
 
 Run (resumable per (size, engine): a killed run goes on where it stopped; niced)::
 
@@ -116,6 +118,13 @@ def rss_mib(who: int = resource.RUSAGE_SELF) -> float:
 def current_rss_mib() -> float:
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def anon_rss_mib() -> float:
+    """The process's own resident memory now (RssAnon: without the pages of mapped files, e.g. an index's)."""
+    with open("/proc/self/status") as status:
+        line = next(line for line in status if line.startswith("RssAnon:"))
+    return int(line.split()[1]) / 1024
 
 
 def dir_bytes(path: Path) -> int:
@@ -325,6 +334,9 @@ class Engine:
     def build(self, threads: int) -> dict:
         raise NotImplementedError
 
+    def warm(self) -> None:
+        """What the first build of a machine pays once and no later one does (compiling), outside the timer."""
+
     def open(self) -> None:
         raise NotImplementedError
 
@@ -350,6 +362,15 @@ class Embedded(Engine):
         shutil.rmtree(self.folder / "_work", ignore_errors=True)
         return facts
 
+    def warm(self) -> None:
+        import tempfile
+
+        from apcir.retrieval.embedded import write_index
+
+        with tempfile.TemporaryDirectory() as folder:  # numba compiles (or loads) the build's kernels
+            toy = sp.csr_matrix(np.eye(2, Vocabulary.vocab_size, dtype=np.float32))
+            write_index(Path(folder), [(["b", "a"], toy)], Vocabulary(), threads=1, work=Path(folder) / "w")
+
     def open(self) -> None:
         from apcir.retrieval.embedded import open_arrays
         from apcir.retrieval.engine import SparseEngine
@@ -373,7 +394,7 @@ class Embedded(Engine):
         self.engine.search_matrix(queries, k, parallel=threads > 1)
 
 
-class InMemory(Engine):
+class InMemory(Embedded):
     """The embedded build before it streamed: every chunk stacked, then ``save_embedded``. Build only."""
 
     def build(self, threads: int) -> dict:
@@ -553,8 +574,10 @@ def child_build(size: int, engine: str, density: Density, threads: int) -> dict:
     folder = index_dir(size, density, engine)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
+    runner = ENGINE_CLASSES[engine](folder, size, density)
+    runner.warm()
     started = time.perf_counter()
-    facts = ENGINE_CLASSES[engine](folder, size, density).build(threads)
+    facts = runner.build(threads)
     seconds = time.perf_counter() - started
     built = {"build_s": seconds, "build_peak_rss_mib": max(rss_mib(), rss_mib(resource.RUSAGE_CHILDREN)),
              "disk_bytes": dir_bytes(folder), "threads": threads, "facts": facts}
@@ -604,6 +627,7 @@ def child_search(size: int, engine: str, density: Density, limit: int | None) ->
         result["kinds"][kind] = per_kind
     result["resident_bytes"] = runner.resident_bytes()
     result["search_peak_rss_mib"] = rss_mib()
+    result["anon_rss_mib_after"] = anon_rss_mib()  # its own memory, the index's mapped pages left out
     return result
 
 
@@ -754,7 +778,7 @@ def tables(results: dict) -> str:
         lines.append(f"\n### Density {label}: {first.get('terms_per_passage', 0):.1f} terms a passage\n")
         lines.append("**Build and size**\n")
         lines.append("| engine | passages | postings | build s | build peak RSS | disk | bytes/posting | resident for "
-                     "full speed | search peak RSS |")
+                     "full speed | search peak RSS (own, without mapped index pages) |")
         lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         for engine, entries in by_engine.items():
             for size, value, collection in entries:
@@ -766,6 +790,8 @@ def tables(results: dict) -> str:
                 postings = collection["postings"]
                 resident = fmt_bytes(search.get("resident_bytes")) if search else "-"
                 peak = f"{search['search_peak_rss_mib']:,.0f} MiB" if search else "-"
+                if "anon_rss_mib_after" in search:
+                    peak += f" ({search['anon_rss_mib_after']:,.0f} MiB)"
                 lines.append(f"| {engine} | {size:,} | {postings:,} | {build['build_s']:,.0f} | "
                              f"{build['build_peak_rss_mib']:,.0f} MiB | {fmt_bytes(build['disk_bytes'])} | "
                              f"{build['disk_bytes'] / postings:.2f} | {resident} | {peak} |")
@@ -807,15 +833,25 @@ def show(measure: str, value: float) -> str:
     return f"{value:,.1f} ms"
 
 
+FIT_FROM = 1_000_000
+"""Fits use the sizes from this one up (where two are measured): below it fixed costs (start-up, a tool's batch)
+weigh more than the collection."""
+
+
+def fitted_sizes(points: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    large = [(n, y) for n, y in points if n >= FIT_FROM]
+    return large if len({n for n, _ in large}) >= 2 else points
+
+
 def projection_table(by_engine: dict[str, list[tuple[int, dict, dict]]]) -> str:
-    lines = [f"\n**Growth** (power law y = a n^b fitted over the sizes measured; projected to ClueWeb22-B's "
-             f"{CLUEWEB22_B:,} passages)\n", "| engine | measure | sizes | b | at the largest size | projected |",
-             "|---|---|---|---:|---:|---:|"]
+    lines = [f"\n**Growth** (power law y = a n^b fitted over the sizes measured, from {FIT_FROM:,} passages up where "
+             f"two are; projected to ClueWeb22-B's {CLUEWEB22_B:,} passages)\n",
+             "| engine | measure | sizes | b | at the largest size | projected |", "|---|---|---|---:|---:|---:|"]
     for engine, entries in by_engine.items():
         good = [(size, measures(value, collection["postings"])) for size, value, collection in entries
                 if "build" in value and "error" not in value and "skipped" not in value]
         for measure, label in PROJECTED.items():
-            points = [(size, m[measure]) for size, m in good if measure in m]
+            points = fitted_sizes([(size, m[measure]) for size, m in good if measure in m])
             fitted = fit(points)
             if fitted is None:
                 continue
@@ -826,26 +862,29 @@ def projection_table(by_engine: dict[str, list[tuple[int, dict, dict]]]) -> str:
 
 
 def estimate(results: dict, label: str, targets: list[int]) -> str:
-    """Time and disk each size needs, from the fits of what is measured (build + search wall time per engine)."""
+    """Time and disk each size needs, scaled linearly from the largest size measured (build + search wall time
+    per engine; the engines' figures grow about linearly, and a fit over small sizes underestimates them)."""
     mine = results.get(label, {})
     by_engine = rows_by_engine(mine)
+    largest_chunks = max(((int(s), at["collection"]["chunk_bytes"]) for s, at in mine.items()), default=None)
     lines = ["| passages | chunks on disk | largest index (deleted after its measure) | time: " +
-             " + ".join(by_engine) + " |", "|---:|---:|---:|---|"]
-    chunk_points = [(int(s), at["collection"]["chunk_bytes"]) for s, at in mine.items()]
+             " + ".join(by_engine) + " | scaled from |", "|---:|---:|---:|---|---|"]
     for target in targets:
-        chunk_fit = fit(chunk_points)
-        chunks = chunk_fit[0] * target ** chunk_fit[1] if chunk_fit else float("nan")
-        largest, times = 0.0, []
-        for entries in by_engine.values():
+        chunks = largest_chunks[1] * target / largest_chunks[0] if largest_chunks else float("nan")
+        largest, times, sources = 0.0, [], []
+        for engine, entries in by_engine.items():
             good = [(size, value) for size, value, _ in entries if "build" in value and "error" not in value
                     and "skipped" not in value]
-            disk = fit([(s, v["build"]["disk_bytes"]) for s, v in good])
-            wall = fit([(s, v["build"].get("wall_s", v["build"]["build_s"]) + v.get("search", {}).get("wall_s", 0))
-                        for s, v in good])
-            if disk:
-                largest = max(largest, disk[0] * target ** disk[1])
-            times.append(show("build_s", wall[0] * target ** wall[1]) if wall else "-")
-        lines.append(f"| {target:,} | {fmt_bytes(chunks)} | {fmt_bytes(largest)} | {' + '.join(times)} |")
+            if not good:
+                times.append("-")
+                continue
+            size, value = good[-1]
+            largest = max(largest, value["build"]["disk_bytes"] * target / size)
+            wall = value["build"].get("wall_s", value["build"]["build_s"]) + value.get("search", {}).get("wall_s", 0)
+            times.append(show("build_s", wall * target / size))
+            sources.append(f"{engine} {size / 1e6:g}M")
+        lines.append(f"| {target:,} | {fmt_bytes(chunks)} | {fmt_bytes(largest)} | {' + '.join(times)} | "
+                     f"{', '.join(sources)} |")
     return "\n".join(lines)
 
 
