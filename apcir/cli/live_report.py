@@ -35,17 +35,18 @@ def print_report(run: RunReport) -> None:
         return
     table = Table(title=escape(f"{run.name}: the simulated user's verdicts ({where}; scores 0-5, covered: scored "
                                f"above {run.threshold})"))
-    for column in ("topic", "rubrics reached", "covered", "tries per rubric", "answers", "mean score",
+    for column in ("topic", "rubrics reached", "covered", "tries per rubric", "turns", "answers", "mean score",
                    f"answers > {run.threshold}", "no score", "closed"):
         table.add_column(column, justify="left" if column in ("topic", "tries per rubric") else "right")
     for topic in run.topics.values():
         total = "?" if topic.rubrics_total is None else str(topic.rubrics_total)
         table.add_row(escape(topic.topic), f"{topic.rubrics_reached} of {total}", str(topic.rubrics_covered),
-                      " ".join(str(n) for n in topic.tries.values()), str(topic.answers), _mean(topic.mean_score),
+                      " ".join(str(n) for n in topic.tries.values()), str(topic.turns), str(topic.answers),
+                      _mean(topic.mean_score),
                       _share(topic.above, topic.scored), str(topic.nulls), "yes" if topic.closed else "no")
     table.add_section()
     table.add_row("all", f"{totals.rubrics_reached} of {totals.rubrics_total}", str(totals.rubrics_covered), "",
-                  str(totals.answers), _mean(totals.mean_score), _share(totals.above, totals.scored),
+                  str(sum(t.turns for t in run.topics.values())), str(totals.answers), _mean(totals.mean_score), _share(totals.above, totals.scored),
                   str(totals.nulls), f"{sum(t.closed for t in run.topics.values())} of {totals.topics}")
     console.print(table)
     reached = _share(totals.rubrics_reached, totals.rubrics_total)
