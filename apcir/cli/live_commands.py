@@ -48,6 +48,9 @@ def simulate_user_command(
     patience: int = typer.Option(12, "--patience", min=1, help="rubric: the most turns a user takes per topic."),
     uncooperative: bool = typer.Option(False, "--uncooperative", help="rubric: never restate a missed question."),
     style: str = typer.Option("terse", "--style", help="rubric: terse or verbose wording."),
+    send_verdicts: bool = typer.Option(False, "--send-verdicts", help="rubric: also send each utterance's "
+                                       "user_meta (its rubric, and rubric_score of the answer before it) in the "
+                                       "reply; the organisers' server keeps them for its record (run/dump) only."),
 ) -> None:
     """Serve simulated users on 127.0.0.1 that behave as the organisers' simulation server does (history, status,
     run/session, dump, error codes), to test `apcir converse` against without spending their budget."""
@@ -75,7 +78,8 @@ def simulate_user_command(
         def make():  # type: ignore[no-untyped-def]
             return rubric_sessions(turns, scorer, conversations=conversations, patience=patience,
                                    cooperative=not uncooperative, style=style)
-    simulation = Simulation(make, _token(token_env), log=log, budget=budget, send_ptkb=send_ptkb)
+    simulation = Simulation(make, _token(token_env), log=log, budget=budget, send_ptkb=send_ptkb,
+                            send_verdicts=send_verdicts)
     server = SimulationServer(simulation, port)
     console.print(f"simulated users ({user}) at {server.url}; Ctrl-C stops", highlight=False)
     try:
@@ -171,6 +175,7 @@ def converse_command(
                           f"max {values['max']:.2f} s", highlight=False)
         if record is not None:
             console.print(client.clean(record.line()), highlight=False)
+        _point_to_live_report(target)
     if record is not None and not record.ok:
         from apcir.console import warn
 
@@ -183,6 +188,63 @@ def converse_command(
         raise typer.Exit(RECORD_DIFFERS)
 
 
+def _point_to_live_report(target: Path) -> None:
+    """After a run whose record (or replies) carry the simulated user's scores: the command that reports them."""
+    from apcir.live.verdicts import load_rubrics, read_live
+
+    try:
+        scored = read_live(target, load_rubrics()).scored
+    except ApcirError:  # nothing to point to: the summary above says what the run did
+        return
+    if scored:
+        console.print(f"the simulated user scored the answers: apcir live-report {target}", highlight=False)
+
+
+def live_report_command(
+    run_or_dump: list[str] = typer.Argument(..., help="Live run directories of apcir converse, run/dump NDJSON "
+                                            "files or published 2025 interactive runs (NAME=PATH names one); several "
+                                            "are compared with the first."),
+    rubrics: Path | None = typer.Option(None, "--rubrics", help="The year's rubrics, {topic: [questions]} (default: "
+                                        "2025's, bundled)."),
+    threshold: int = typer.Option(3, "--threshold", min=0, max=5, help="A score above it covers the rubric (the "
+                                  "organisers' rubric_threshold)."),
+    test: str = typer.Option("t-test", "--test", help="Paired over rubrics: t-test, randomisation or bootstrap."),
+    correction: str = typer.Option("bonferroni", "--correction", help="Over the runs compared: none, bonferroni "
+                                   "or holm."),
+    alpha: float = typer.Option(0.05, "--alpha", help="Significance level."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+) -> None:
+    """What the simulated user thought of each answer: per run and topic, the rubrics reached and covered, the
+    tries per rubric and the user's 0-5 scores (docs/guide/converse.md, Reading the user's verdicts)."""
+    from apcir.cli.common import settings
+    from apcir.evaluation.nuggets import run_name_and_path
+    from apcir.live.verdicts import RunReport, compare, load_rubrics, read_verdicts, report
+    from apcir.metrics import SignificanceSettings
+
+    significance = settings(SignificanceSettings, test=test, correction=correction, alpha=alpha)
+    questions = load_rubrics(rubrics)
+    reports: list[RunReport] = []
+    for given in run_or_dump:
+        name, path = run_name_and_path(given)
+        found = read_verdicts(Path(path), questions, name)
+        if any(r.name == found.name for r in reports):
+            found = found.model_copy(update={"name": str(path)})
+        reports.append(report(found, questions, threshold))
+    comparison = compare(reports, significance)
+    if as_json:
+        print_json({"threshold": threshold, "rubrics_file": str(rubrics) if rubrics else "bundled 2025",
+                    "runs": [r.model_dump(mode="json") for r in reports],
+                    "comparison": None if comparison is None else comparison.model_dump(mode="json")})
+        return
+    from apcir.cli.live_report import print_comparison, print_report
+
+    for one in reports:
+        print_report(one)
+    if comparison is not None:
+        print_comparison(comparison)
+
+
 def register(app: typer.Typer) -> None:
     app.command("converse")(converse_command)
     app.command("simulate-user")(simulate_user_command)
+    app.command("live-report")(live_report_command)

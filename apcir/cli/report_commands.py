@@ -46,19 +46,39 @@ def report_command(
 
 
 def inspect_command(
-    run_dirs: list[Path] = typer.Argument(..., help="One run directory, or several to compare (same topics)."),
+    run_dirs: list[Path] = typer.Argument(..., help="One run directory, or several to compare (same topics): of "
+                                          "apcir run, or live run directories of apcir converse."),
     out: Path | None = typer.Option(None, "--out", "-o", help="The HTML page (default RUN_DIR/inspect.html)."),
+    config: str | None = typer.Option(None, "--config", help="Live run directories: the experiment config they "
+                                      "were played with, for the passages' texts (default: ids only)."),
+    rubrics: Path | None = typer.Option(None, "--rubrics", help="Live run directories: the year's rubrics (default: "
+                                        "2025's, bundled), for the rubric of each topic's first utterance."),
 ) -> None:
-    """A self-contained HTML page to inspect a run turn by turn (and compare systems or runs), offline."""
+    """A self-contained HTML page to inspect a run turn by turn (and compare systems or runs), offline; for a live
+    run, with the simulated user's verdict on each answer."""
     from apcir.evaluation.inspector import INSPECT_FILE, write_inspector
     from apcir.io import check_writable, refuse_inputs_as_outputs
+    from apcir.live.inspect import is_live_dir
 
     target = out or run_dirs[0] / INSPECT_FILE
     check_writable(target, "inspector page")
     refuse_inputs_as_outputs([target], [d / name for d in run_dirs for name in (
-        "config.json", "metrics.json", "reformulations.jsonl", "responses.jsonl", "fused.run")],
-        folders=[d / sub for d in run_dirs for sub in ("lists", "systems")])
-    path = write_inspector(list(run_dirs), target)
+        "config.json", "metrics.json", "reformulations.jsonl", "responses.jsonl", "fused.run", "conversation.jsonl",
+        "dump.jsonl")], folders=[d / sub for d in run_dirs for sub in ("lists", "systems")])
+    live = [is_live_dir(d) for d in run_dirs]
+    if any(live) and not all(live):
+        raise ApcirError("give run directories of apcir run, or live run directories of apcir converse, not both")
+    if not any(live) and (config is not None or rubrics is not None):
+        raise ApcirError("--config and --rubrics are for live run directories (an apcir run directory has its own)")
+    if any(live):
+        from apcir.experiment.config import load_config, resolve_config_path
+        from apcir.live.inspect import write_live_inspector
+        from apcir.live.verdicts import load_rubrics
+
+        settings = load_config(resolve_config_path(config)).model_dump(mode="json") if config else None
+        path = write_live_inspector(list(run_dirs), target, load_rubrics(rubrics), config=settings)
+    else:
+        path = write_inspector(list(run_dirs), target)
     size = path.stat().st_size
     console.print(f"inspector written to {path} ({size / 1e6:.1f} MB); open it in a browser (no server needed)",
                   highlight=False)

@@ -83,7 +83,8 @@ def _pathways(path: Path) -> dict[str, list[list[Any]]]:
     return by_turn
 
 
-def _texts(run_dir: Path, config: dict[str, Any], ids: Iterable[str]) -> dict[str, str]:
+def passage_texts(config: dict[str, Any], ids: Iterable[str]) -> dict[str, str]:
+    """The texts of passages ``ids`` from the collection of ``config``'s ``[retrieval]`` (none it cannot reach)."""
     from apcir.retrieval.settings import RetrievalSettings
     from apcir.retrieval.stage import passage_texts_for
 
@@ -183,24 +184,29 @@ def gather(run_dirs: list[Path], read_run: Callable[[Path], Run] = load_run) -> 
     for data in per_run:
         missing = wanted - set(texts)
         if missing:
-            texts.update(_texts(data["dir"], data["config"], missing))
+            texts.update(passage_texts(data["config"], missing))
     return {
         "runs": runs,
         "turns": turns_out,
         "passages": [ids[i] for i in range(len(ids))],
         # in the passages' order, never in the order a set of ids was asked in (which differs between processes)
-        "texts": {index: _trimmed(texts[pid]) for index, pid in sorted(ids.items()) if pid in texts},
+        "texts": {index: trimmed(texts[pid]) for index, pid in sorted(ids.items()) if pid in texts},
         "grades": {t: {passages[p]: g for p, g in judged.items() if p in passages} for t, judged in grades.items()},
     }
 
 
-def _trimmed(text: str) -> str:
+def trimmed(text: str) -> str:
+    """A passage's text as the page shows it (its first :data:`TEXT_CHARS` characters)."""
     return text[:TEXT_CHARS] + ("..." if len(text) > TEXT_CHARS else "")
 
 
 def write_inspector(run_dirs: list[Path], out: Path, read_run: Callable[[Path], Run] = load_run) -> Path:
     """Write the page for ``run_dirs`` to ``out``; returns it (``read_run``: see :func:`gather`)."""
-    data = gather(run_dirs, read_run)
+    return write_page(gather(run_dirs, read_run), out)
+
+
+def write_page(data: dict[str, Any], out: Path) -> Path:
+    """The page of ``data`` (:func:`gather`'s shape; a live run's: :mod:`apcir.live.inspect`) written to ``out``."""
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
     title = " vs ".join(r["name"] for r in data["runs"])
     write_text(out, PAGE.replace("__TITLE__", _escape(title)).replace("__DATA__", payload))

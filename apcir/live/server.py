@@ -4,13 +4,17 @@ It behaves as the organisers' server (Sim.API, :mod:`apcir.live.protocol`) does,
 developed against it meets the real one unchanged; tests run the same conversation against both:
 
 - ``history`` ends with the current utterance; replies carry no ``user_meta`` (``send_ptkb``: the 2026
-  guidelines' ``user_meta.ptkb``, which the organisers' server does not send);
+  guidelines' ``user_meta.ptkb``, which the organisers' server does not send; ``send_verdicts``: the current
+  utterance's own ``user_meta``, a rubric user's ``rubric`` and ``rubric_score``, which it does not send either);
 - ``run/session`` (``debug/session``) answers the open session, 500 (``Internal Server Error``, plain text) with
   none open (between topics, after the run), 428 for a run it does not hold;
 - ``run/status`` is ``{"status", "done_topics", "open_topics"}``, a topic being done as soon as its session
   opened, ``complete`` when none is left to open; 404 for a run it does not know and for a debug run;
 - ``run/dump`` is NDJSON (``application/x-ndjson``), one record per request (the closing words with a null
-  ``assistant_text``), ``metadata.topic_id`` ``{topic}_{i}``;
+  ``assistant_text``), ``metadata.topic_id`` ``{topic}_{i}``; a record's ``user_meta`` is the *next*
+  utterance's, as the organisers' ``run/continue`` stores it (``session.user_meta[-2]``): for a rubric user the
+  score of the record's own answer (``rubric_score``) and the rubric the next utterance pursues (``rubric``;
+  none before the closing words), the closing record the last score only (:mod:`apcir.live.verdicts`);
 - start stores ``extra`` and continue ``meta`` as sent, and ignores any other field; the errors are the
   server's statuses and details: 400 for a token that is not base64, an empty run id or description and a
   ``continue`` after the run; 401 for a wrong or missing token; 403 for a spent budget; 412 for a taken or
@@ -108,7 +112,8 @@ class Simulation:
 
     def __init__(self, make_sessions: Callable[[], list[Session]], token: str, *, log: Path | None = None,
                  budget: int = DEBUG_SESSIONS, runs: int = RUNS, team_id: str = "apcir-test",
-                 faults: Faults | None = None, send_ptkb: bool = False, response_tokens: int = RESPONSE_TOKENS):
+                 faults: Faults | None = None, send_ptkb: bool = False, response_tokens: int = RESPONSE_TOKENS,
+                 send_verdicts: bool = False):
         self.make_sessions = make_sessions
         self.token = token
         self.log = log
@@ -118,6 +123,7 @@ class Simulation:
         self.team_id = team_id
         self.faults = faults or Faults()
         self.send_ptkb = send_ptkb
+        self.send_verdicts = send_verdicts
         self.response_tokens = response_tokens
         self.runs: dict[str, SimulatedRun] = {}
         self.debug_runs: dict[str, SimulatedRun] = {}
@@ -136,8 +142,10 @@ class Simulation:
             "last_response_of_session": ended,
             "last_response_of_run": ended and run.index == len(run.sessions) - 1,
         }
-        if self.send_ptkb:
-            reply["user_meta"] = {"ptkb": list(session.ptkb.values())}
+        meta = {**({"ptkb": list(session.ptkb.values())} if self.send_ptkb else {}),
+                **(session.meta() if self.send_verdicts else {})}
+        if meta:
+            reply["user_meta"] = meta
         return reply
 
     def _write_log(self, entry: dict[str, Any]) -> None:
@@ -260,10 +268,10 @@ class Simulation:
                  "ptkb_provenance": [str(x) for x in provenance] if isinstance(provenance, list) else [],
                  "debug": debug, **notes}
         self._write_log(entry)
-        self._record(run, utterance, notes, response, citations, meta)
+        self._record(run, utterance, session.meta(), response, citations, meta)  # the next utterance's user_meta
         if session.closing:
             run.open = False
-            self._record(run, session.current(), {}, None, {}, {})
+            self._record(run, session.current(), session.meta(), None, {}, {})
         return self._reply(run)
 
     def _held(self, run_id: str, debug: bool) -> SimulatedRun:

@@ -5,7 +5,9 @@ topic's grading-rubric questions (bundled, CC BY 4.0), one at a time. An LLM sco
 the current question; above 3 the user moves to the next one, and after 3 tries it moves on anyway; when the
 questions are done (or its patience, the most turns, runs out) it thanks and ends. Knobs after the 2026
 guidelines: ``patience``, ``cooperative`` (an uncooperative user does not restate the question when an answer
-misses it) and ``style`` (terse or verbose wording).
+misses it) and ``style`` (terse or verbose wording). Each utterance's ``user_meta`` is the organisers' user's
+(:meth:`RubricSession.meta`: ``rubric`` and ``rubric_score``), which the server stores in its record as theirs
+does (:mod:`apcir.live.server`) and :mod:`apcir.live.verdicts` reads.
 
 ``replay``: a topic's recorded utterances, in order, whatever the answers; after the last one the user
 closes the session (:data:`CLOSING`, flagged ``last_response_of_session``). Topic ids are the
@@ -54,6 +56,10 @@ class Session:
         self.position += 1
         return {}
 
+    def meta(self) -> dict[str, Any]:
+        """The current utterance's ``user_meta``, as the organisers' users give it (a replay user: none)."""
+        return {}
+
 
 def persona_of(conversation_id: str) -> str:
     """iKAT conversations of one persona share the number before the dash (``9-1``, ``9-2``: user ``9``)."""
@@ -82,12 +88,14 @@ class RubricSession(Session):
     """A user working through a topic's rubric questions (see the module docstring)."""
 
     rubrics: list[str] = field(default_factory=list)
-    score: Callable[[str, str], int] | None = None
+    score: Callable[[str, str], int | None] | None = None
     patience: int = 12
     cooperative: bool = True
     style: str = "terse"
     tries: int = 0
     turns: int = 0
+    last_score: int | None = None
+    """The score of the last answer (None: grading failed, or no answer yet)."""
 
     @property
     def closing(self) -> bool:
@@ -109,14 +117,24 @@ class RubricSession(Session):
         value = self.score(question, response)
         self.turns += 1
         self.tries += 1
+        self.last_score = value
         entry = {"rubric": question, "score": value, "try": self.tries}
-        if value > PASS_SCORE or self.tries >= TRIES:
+        if (value is not None and value > PASS_SCORE) or self.tries >= TRIES:
             self.position += 1
             self.tries = 0
         return entry
 
+    def meta(self) -> dict[str, Any]:
+        """As the organisers' planning user gives it: the opening utterance names its rubric; a later one the
+        score of the answer before it and its own rubric; the closing words the score only."""
+        if not self.turns:
+            return {"rubric": self.rubrics[self.position]}
+        if self.closing:
+            return {"rubric_score": self.last_score}
+        return {"rubric_score": self.last_score, "rubric": self.rubrics[self.position]}
 
-def rubric_sessions(turns: list[Turn], score: Callable[[str, str], int], *, conversations: int | None = None,
+
+def rubric_sessions(turns: list[Turn], score: Callable[[str, str], int | None], *, conversations: int | None = None,
                     patience: int = 12, cooperative: bool = True, style: str = "terse",
                     rubrics: Path = RUBRICS) -> list[RubricSession]:
     """One rubric user per conversation of the 2025 topics ``turns`` that has rubric questions."""
@@ -132,7 +150,8 @@ def rubric_sessions(turns: list[Turn], score: Callable[[str, str], int], *, conv
 
 class LLMScorer:
     """Scores an answer 0-5 against a rubric question with a model on an OpenAI-compatible server (one request
-    per answer; an answer it cannot read scores 0)."""
+    per answer). A reply without a digit 0-5 is no score (None), as the organisers' grading that fails: the user
+    asks again, and the try counts."""
 
     PROMPT = ("You grade how well an answer covers a question. Reply with one digit from 0 (not at all) to 5 "
               "(fully).\nQuestion: {question}\nAnswer: {answer}\nGrade (0-5):")
@@ -143,10 +162,10 @@ class LLMScorer:
         self.model = model
         self.client = OpenAI(base_url=base_url, api_key=api_key or "unused", timeout=timeout, max_retries=2)
 
-    def __call__(self, question: str, answer: str) -> int:
+    def __call__(self, question: str, answer: str) -> int | None:
         reply = self.client.chat.completions.create(
             model=self.model, temperature=0.0, max_tokens=4,
             messages=[{"role": "user", "content": self.PROMPT.format(question=question, answer=answer[:2000])}])
         text = reply.choices[0].message.content or ""
         found = re.search(r"[0-5]", text)
-        return int(found.group(0)) if found else 0
+        return int(found.group(0)) if found else None

@@ -6,15 +6,11 @@ skip, except under ``APCIR_REQUIRE_BROWSER=1`` (``.ci/run`` sets it), where a sk
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import time
 
 import pytest
+from browser import browser, open_page
 
 from apcir import datasets
-
-CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 
 
 @pytest.fixture(scope="module")
@@ -55,34 +51,6 @@ def test_apcir_run_writes_the_inspector_and_its_data_is_complete(two_runs, tmp_p
     assert view["metrics"]["apcir"] and "nDCG@3" in view["metrics"]["apcir"]
 
 
-def _browser():
-    if not (CHROMIUM and DRIVER):
-        if os.environ.get("APCIR_REQUIRE_BROWSER") == "1":
-            pytest.fail("APCIR_REQUIRE_BROWSER=1 but chromium/chromedriver are not installed")
-        pytest.skip("no chromium + chromedriver: `make browser` installs them as root; else Debian/Ubuntu: "
-                    "sudo apt-get install chromium chromium-driver")
-    os.environ["SE_OFFLINE"] = "true"  # selenium must not look for a driver on the network
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--window-size=1400,1000"):
-        options.add_argument(flag)
-    return webdriver.Chrome(service=Service(DRIVER), options=options)
-
-
-def _open(driver, page) -> float:
-    started = time.monotonic()
-    driver.get(page.as_uri())
-    while driver.execute_script("return document.body.dataset.ready") != "1":
-        assert time.monotonic() - started < 20, "the page never became ready"
-        time.sleep(0.02)
-    return time.monotonic() - started
-
-
 @pytest.mark.slow
 def test_a_turn_in_a_real_browser(two_runs, tmp_path, run_cli):
     from selenium.webdriver.common.by import By
@@ -94,9 +62,9 @@ def test_a_turn_in_a_real_browser(two_runs, tmp_path, run_cli):
             (two_runs[0] / "reformulations.jsonl").read_text().splitlines()}
     qrels = datasets.qrels("ikat23-test-provenance")
     turn = next(t for t in refs if t in qrels)
-    driver = _browser()
+    driver = browser()
     try:
-        _open(driver, page)
+        open_page(driver, page)
         driver.find_element(By.CSS_SELECTOR, f'#turn-list li[data-turn="{turn}"]').click()
         assert driver.find_element(By.ID, "turn-title").text == f"Turn {turn}"
         shown = {e.get_attribute("data-field"): e.text for e in driver.find_elements(By.CSS_SELECTOR, ".rewrite")}
@@ -122,9 +90,9 @@ def test_comparing_two_runs_in_a_real_browser(two_runs, tmp_path, run_cli):
     page = tmp_path / "compare.html"
     code, _, err = run_cli("inspect", *map(str, two_runs), "--out", str(page))
     assert code == 0, err
-    driver = _browser()
+    driver = browser()
     try:
-        _open(driver, page)
+        open_page(driver, page)
         driver.find_element(By.ID, "tab-compare").click()
         Select(driver.find_element(By.ID, "c-a")).select_by_visible_text("insp-heuristic / APCIR")
         Select(driver.find_element(By.ID, "c-b")).select_by_visible_text("insp-manual / APCIR")

@@ -190,7 +190,8 @@ def test_the_server_helper_binds_loopback_and_stops(tmp_path):
 
 def test_the_rubric_user_played_by_the_local_llm_talks_with_converse(server, small, tmp_path):
     """The local LLM scores each answer against the rubric question (the user moves on above 3, or after 3
-    tries); apcir converse answers two 2025 conversations to the end; the scores are in the user's log."""
+    tries); apcir converse answers two 2025 conversations to the end; the scores are in the user's log, and
+    the server's record (dump.jsonl) gives live-report the same rubric and score for each answer."""
     import json
 
     import apcir
@@ -221,7 +222,16 @@ def test_the_rubric_user_played_by_the_local_llm_talks_with_converse(server, sma
         assert client.status("rubric").status == "complete"
     entries = [json.loads(line) for line in log.read_text().splitlines()]
     assert len({e["topic_id"] for e in entries}) == 2 and summary.answered == len(entries) == 6  # patience 3 each
-    assert all(isinstance(e["score"], int) and 0 <= e["score"] <= 5 and e["rubric"] for e in entries)
+    assert all((e["score"] is None or 0 <= e["score"] <= 5) and e["rubric"] for e in entries)  # None: no grade
+    from apcir.live.verdicts import load_rubrics, read_live, report
+
+    rubrics = load_rubrics()
+    verdicts = read_live(tmp_path / "run", rubrics)
+    assert verdicts.scored and verdicts.source.startswith("user_meta of the server's record")
+    assert [(v.topic, v.rubric, v.score) for t in verdicts.topics for v in t.answers] == [
+        (e["topic_id"], e["rubric"], e["score"]) for e in entries]
+    topics = report(verdicts, rubrics).topics
+    assert all(t.answers == 3 and sum(t.tries.values()) == 3 and t.closed for t in topics.values())
 
 
 def test_the_persona_field_is_asked_of_the_real_server_under_its_grammar(server, tmp_path):
