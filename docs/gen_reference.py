@@ -53,7 +53,8 @@ def cli_reference() -> str:
         lines += [f"## `{name}`", "", (command.help or "").strip().split("\n\n")[0].strip(), ""]
         arguments = [p for p in command.params if p.param_type_name == "argument"]
         options = [p for p in command.params if p.param_type_name == "option" and p.name != "help"]
-        usage = " ".join([name, *(f"{a.name.upper()}{'...' if a.nargs == -1 else ''}" for a in arguments),
+        usage = " ".join([name, *(f"{a.name.upper()}{'...' if a.nargs == -1 else ''}" if a.required
+                                  else f"[{a.name.upper()}{'...' if a.nargs == -1 else ''}]" for a in arguments),
                           "[OPTIONS]" if options else ""]).strip()
         lines += ["```text", usage, "```", ""]
         if arguments or options:

@@ -4,12 +4,16 @@ simulated users that speak the same API)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from apcir.cli.common import console, print_json
 from apcir.errors import ApcirError
 from apcir.settings import secret_from_env
+
+if TYPE_CHECKING:
+    from apcir.live.client import SimulationClient
 
 
 def _token(env: str) -> str:
@@ -91,9 +95,11 @@ def simulate_user_command(
 
 
 def converse_command(
-    config: str = typer.Argument(..., help="The experiment config `apcir run` takes (weights: file or tune)."),
-    api: str = typer.Option(..., "--api", help="The simulation API's base URL."),
-    run_id: str = typer.Option(..., "--run-id", help="The run's id (the same id resumes it)."),
+    config: str | None = typer.Argument(None, help="The experiment config `apcir run` takes (weights: file or "
+                                        "tune); not needed with --check."),
+    api: str = typer.Option(..., "--api", help="The simulation API's base URL (http(s)://...)."),
+    run_id: str | None = typer.Option(None, "--run-id", help="The run's id (the same id resumes it); not needed "
+                                      "with --check."),
     description: str = typer.Option("apcir: adaptive personalised fusion", "--description"),
     track_persona: bool = typer.Option(False, "--track-persona", help="Ask the server to track the persona."),
     debug: bool = typer.Option(False, "--debug", help="Use the debug endpoints (not evaluated; budgeted)."),
@@ -103,21 +109,37 @@ def converse_command(
     out: Path | None = typer.Option(None, "--out", "-o", help="Run directory (default runs/live/<run id>)."),
     citations: int | None = typer.Option(None, "--citations", min=1, help="Citations sent per answer (default: "
                                          "the protocol's, 10 in 2026, 1,000 in 2025)."),
-    response_tokens: int | None = typer.Option(None, "--response-tokens", min=1, help="The response's token limit "
-                                               "(default 250, the server's check)."),
+    response_tokens: int | None = typer.Option(
+        None, "--response-tokens", min=1, help="The response's token limit (default: the protocol's, 512 in 2026, "
+        "250 in 2025); a lower limit the server names when it refuses an answer for its length is followed."),
     turn_budget: float | None = typer.Option(
         None, "--turn-budget", min=0.1, help="Seconds a turn may take: beyond, the re-rankers are skipped, then an "
         "LLM responder gives way to the extractive one (said in the journal and the summary)."),
+    check: bool = typer.Option(False, "--check", help="Only check the token (auth/verify: its team) and show the "
+                               "budget left (budget/check: debug sessions, runs); starts nothing, spends nothing, "
+                               "writes nothing. Needs --api and the token only."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Play a whole live run: answer each utterance as it arrives, through the stages of `apcir run`; then check
-    the server's record of the run against what was sent. Exit codes: docs/guide/converse.md."""
+    the server's record of the run against what was sent. With --check, only verify the token and show the
+    budget left. Exit codes: docs/guide/converse.md."""
+    from apcir.live.client import SimulationClient
+    from apcir.live.protocol import protocol_for
+
+    rules = protocol_for(protocol)
+    if check:
+        _check(SimulationClient(api, _token(token_env), rules, retries=1, retry_delay=0.5), as_json)
+        return
+    if config is None or run_id is None:
+        missing = [name for name, given in (("CONFIG", config), ("--run-id", run_id)) if given is None]
+        raise ApcirError(f"apcir converse: missing {' and '.join(missing)} (a run needs the experiment config and "
+                         "a run id; only --check goes without them)")
+    from dataclasses import replace
+
     from apcir.experiment.config import load_config, resolve_config_path
     from apcir.experiment.pipeline import config_inputs
     from apcir.io import folder_name_problem, refuse_inputs_inside
-    from apcir.live.client import SimulationClient
     from apcir.live.converse import Converse
-    from apcir.live.protocol import protocol_for
 
     experiment = load_config(resolve_config_path(config))
     problem = folder_name_problem(run_id) if out is None else None
@@ -126,26 +148,23 @@ def converse_command(
                          "--out DIR for another one")
     target = out or Path("runs") / "live" / run_id
     refuse_inputs_inside(target, [*config_inputs(experiment), str(ptkb) if ptkb else None], "run directory")
-    from dataclasses import replace
-
-    rules = protocol_for(protocol)
-    rules = replace(rules, citations=citations or rules.citations,
-                    response_tokens=response_tokens or rules.response_tokens)
-    client = SimulationClient(api, _token(token_env), rules)
+    client = SimulationClient(api, _token(token_env), replace(
+        rules, citations=citations or rules.citations, response_tokens=response_tokens or rules.response_tokens))
     statements = _ptkb_file(ptkb) if ptkb is not None else {}
     session = Converse(experiment, client, target, run_id=run_id, description=description,
                        track_persona=track_persona, debug=debug, ptkb=statements, turn_budget=turn_budget)
     budgets: dict[str, object] = {}
     try:
-        if debug:
-            budgets["before"] = client.budget()
-            if not as_json:
-                console.print(f"debug budget before: {budgets['before']}", highlight=False)
-        summary = session.play()
-        if debug:
-            budgets["after"] = client.budget()
-            if not as_json:
-                console.print(f"debug budget after: {budgets['after']}", highlight=False)
+        with session.exclusive():  # before anything is asked of the server: one command per run directory
+            if debug:
+                budgets["before"] = client.budget()
+                if not as_json:
+                    console.print(f"debug budget before: {budgets['before']}", highlight=False)
+            summary = session.play()
+            if debug:
+                budgets["after"] = client.budget()
+                if not as_json:
+                    console.print(f"debug budget after: {budgets['after']}", highlight=False)
     except ApcirError as exc:
         cleaned = ApcirError(client.clean(str(exc)))
         cleaned.exit_code = exc.exit_code  # the table of exit codes: which case it was
@@ -156,6 +175,7 @@ def converse_command(
         print_json({"run_id": summary.run_id, "answered": summary.answered, "resent": summary.resent,
                     "refitted": summary.refitted, "trimmed": summary.trimmed, "topics": summary.topics,
                     "already_complete": summary.already_complete, "earlier": summary.earlier,
+                    "response_tokens": summary.response_tokens, "learned_limit": summary.learned_limit,
                     "latency": latency, "skipped": summary.skipped,
                     "record": None if record is None else {"total": record.total, "matched": record.matched,
                                                            "differences": record.differences,
@@ -170,6 +190,10 @@ def converse_command(
             console.print(f"run {run_id}: {summary.answered} utterances answered over {len(summary.topics)} topics "
                           f"({summary.resent} answers sent again after a restart, {summary.trimmed} responses cut "
                           f"to the token limit); outputs in {target}/", highlight=False)
+        if summary.learned_limit is not None:
+            console.print(f"response limit: {summary.learned_limit} tokens, the server's (named when it refused an "
+                          f"answer for its length; {summary.refitted} answer{'s' if summary.refitted != 1 else ''} "
+                          "cut to it and sent again)", highlight=False)
         for stage, values in latency.items():
             console.print(f"  {stage}: p50 {values['p50']:.2f} s, p95 {values['p95']:.2f} s, "
                           f"max {values['max']:.2f} s", highlight=False)
@@ -242,6 +266,24 @@ def live_report_command(
         print_report(one)
     if comparison is not None:
         print_comparison(comparison)
+
+
+def _check(client: SimulationClient, as_json: bool) -> None:
+    """``apcir converse --check``: the token's team and the budget left; nothing started or written."""
+    from apcir.llm.settings import redact_url
+
+    try:
+        access = client.access()
+    except ApcirError as exc:
+        cleaned = ApcirError(client.clean(str(exc)))
+        cleaned.exit_code = exc.exit_code
+        raise cleaned from None
+    if as_json:
+        print_json({"api": redact_url(client.base_url), "team_id": access.team_id,
+                    "budget": {kind: left.model_dump() for kind, left in access.budget.remaining.items()}})
+        return
+    console.print(f"token accepted: team {access.team_id} ({redact_url(client.base_url)})", highlight=False)
+    console.print(f"budget left: {access.budget.line()}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -6,7 +6,8 @@ A 5xx or a refused connection is retried with backoff, sending the same body aga
 answers 500 as a matter of course (``run/session`` with no session open: an answer, not a fault); a timeout
 (the request may have reached the server) is a :class:`LostReply`, for the caller to ask ``run/session`` before
 sending anything again; any other refusal stops with one line (:class:`LiveError`, whose exit status says
-which case it was: :mod:`apcir.live.errors`).
+which case it was: :mod:`apcir.live.errors`). An address that is not ``http(s)://host...`` is refused at once.
+:meth:`SimulationClient.access` is ``apcir converse --check``: the token's team and the budget left, nothing spent.
 """
 
 from __future__ import annotations
@@ -17,18 +18,32 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from typing import Any
 
 from apcir.errors import ApcirError
 from apcir.live.errors import LiveError, LostReply, ServerUnreachable, summarise
-from apcir.live.protocol import Protocol, RunStatus, Utterance, parse_dump
+from apcir.live.protocol import Budget, Protocol, RunStatus, Utterance, parse_dump
 
-__all__ = ["LiveError", "LostReply", "SimulationClient"]
+__all__ = ["Access", "LiveError", "LostReply", "SimulationClient"]
+
+
+@dataclass(frozen=True)
+class Access:
+    """What a token gives: its team (``auth/verify``) and the budget left (``budget/check``)."""
+
+    team_id: str
+    budget: Budget
 
 
 class SimulationClient:
     def __init__(self, base_url: str, token: str, protocol: Protocol, *, timeout: float = 300.0,
                  retries: int = 5, retry_delay: float = 1.0):
+        from apcir.llm.settings import redact_url, url_problem
+
+        problem = url_problem(base_url)
+        if problem is not None:  # else urllib tries it (ftp://...) and the retries wait out a refusal
+            raise ApcirError(f"--api {redact_url(base_url)!r}: {problem}")
         if not token:
             raise ApcirError("no API token: set IKAT_API_TOKEN (or the variable --token-env names)")
         self.base_url = base_url if base_url.endswith("/") else base_url + "/"
@@ -104,6 +119,20 @@ class SimulationClient:
 
     def budget(self) -> Any:
         return self._request("GET", "budget/check")
+
+    def access(self) -> Access:
+        """The token's team and the budget left of each kind: ``auth/verify`` and ``budget/check`` only (no run
+        or debug session is started, nothing is spent). A 404 means the address is not the API's base URL."""
+        try:
+            team = self.verify()
+        except LiveError as exc:
+            if exc.status != 404:
+                raise
+            from apcir.llm.settings import redact_url
+
+            raise ApcirError(f"--api {redact_url(self.base_url)!r}: no auth/verify there (404); expected the "
+                             "simulation API's base URL (the organisers' ends in /simulation/)") from None
+        return Access(team, Budget.read(self.budget()))
 
     def start(self, run_id: str, description: str, *, track_persona: bool = False, debug: bool = False) -> Utterance:
         path = "debug/start" if debug else "run/start"

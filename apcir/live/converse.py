@@ -11,6 +11,15 @@ else ``--ptkb``'s statements for the user), reformulated, its three lists retrie
 weights, answered; the response is fitted to the server's token limit (counted as it counts), the fused
 ranking's top passages are sent as citations and the statements the answer used as PTKB provenance.
 
+The token limit in force is the year's (2025: 250; 2026: 512), or ``--response-tokens``. A server that refuses an
+answer for its length (422) and names a lower limit ("exceeds limit of N tokens") is followed: the limit is
+journaled (a ``limit`` line), the answer cut to it at a sentence end and sent again, once, within the same
+command, and every later answer (a resumed command's too: the journal is read back) is cut to it. A refusal that
+names no lower limit, or a second refusal of the fitted answer, stops the command (exit 7), the answer kept.
+
+One command at a time per run directory: it holds the directory's lock (``.apcir.lock``, as ``apcir run`` does)
+while it plays; a second one is refused at once, before it reads the journal or asks the server anything.
+
 The journal (``conversation.jsonl``, every line flushed to disk before the next request) records the intent to
 start, the start once the server accepted it, each utterance received, each answer computed and each answer
 sent. A refused start leaves nothing that the next command would take for a run. A second invocation with the
@@ -33,6 +42,8 @@ import os
 import re
 import statistics
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,7 +56,7 @@ from apcir.experiment.config import ExperimentConfig
 from apcir.experiment.turns import TurnPipeline
 from apcir.live.client import SimulationClient
 from apcir.live.errors import AnswerRefused, LiveError, LostReply, SessionUnknown
-from apcir.live.protocol import HistoryMessage, Utterance, fit_tokens
+from apcir.live.protocol import HistoryMessage, Utterance, count_tokens, fit_tokens, named_limit
 
 JOURNAL = "conversation.jsonl"
 RUN_FILE = "live.run"
@@ -113,6 +124,11 @@ class ConverseSummary:
     earlier: int = 0
     """Utterances answered by earlier commands in this directory (the journal's distinct answers)."""
     earlier_topics: list[str] = field(default_factory=list)
+    response_tokens: int = 0
+    """The response limit in force at the end (the year's, ``--response-tokens``, or the server's learned one)."""
+    learned_limit: int | None = None
+    """The lower limit a server named when it refused an answer for its length (in this command or an earlier
+    one in this directory: the journal's), which the answers were then cut to; None when none was."""
 
     def latency(self) -> dict[str, dict[str, float]]:
         """p50/p95/max seconds per stage and for the whole turn."""
@@ -182,10 +198,44 @@ class Converse:
         check_writable_dir(self.out, "run directory")  # one line, before anything is asked or sent
         self.out.mkdir(parents=True, exist_ok=True)
         self.journal = Journal(self.out / JOURNAL)
-        self.summary = ConverseSummary(run_id)
+        self.summary = ConverseSummary(run_id, response_tokens=client.protocol.response_tokens)
+        self._held = False
         self.run: Run = {}
         self.pairs: dict[str, str] = {}  # topic -> the first user it came with
         self.pipeline: TurnPipeline
+
+    # ---- one writer per run directory ---------------------------------------------------------------------
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold the run directory's lock (``.apcir.lock``, :func:`apcir.io.exclusive`, as ``apcir run`` does); a
+        second holder is refused at once in one line, naming the first. :meth:`play` takes it; a caller that asks
+        the server something first (``apcir converse --debug``: the budget) takes it around both. The journal is
+        read again once held (another command may have written it meanwhile)."""
+        if self._held:
+            yield
+            return
+        from apcir.contract.layout import RunLayout
+        from apcir.io import exclusive
+
+        with exclusive(RunLayout(self.out).lock, f"run directory {self.out}"):
+            self._held = True
+            try:
+                self.journal = Journal(self.journal.path)
+                yield
+            finally:
+                self._held = False
+
+    @property
+    def response_tokens(self) -> int:
+        """The response limit in force: the year's (or ``--response-tokens``), or a lower one the server named."""
+        return self.summary.response_tokens
+
+    def _learn(self, limit: int, turn_id: str, detail: str) -> None:
+        """The server named a lower limit: journaled (read back by a resumed command), in force from now on."""
+        self.journal.add("limit", response_tokens=limit, turn_id=turn_id, detail=detail,
+                         was=self.summary.response_tokens)
+        self.summary.response_tokens = limit
+        self.summary.learned_limit = limit
 
     # ---- what the stages need, once ---------------------------------------------------------------------
     def prepare(self) -> None:
@@ -203,6 +253,12 @@ class Converse:
             for entry in self.journal.entries:
                 if entry["event"] == "utterance":
                     self.pairs.setdefault(entry["reply"]["topic_id"], entry["reply"]["user_id"])
+            learned = self.journal.last("limit")
+            if learned is not None and int(learned["response_tokens"]) < self.summary.response_tokens:
+                self.summary.response_tokens = self.summary.learned_limit = int(learned["response_tokens"])
+                note(f"run {self.run_id}: responses are cut to {self.response_tokens} tokens, the limit the server "
+                     f"named when it refused an answer to {learned.get('turn_id') or 'an utterance'} (in "
+                     f"{self.journal.path.name})")
 
     # ---- one turn -----------------------------------------------------------------------------------------
     def turn_of(self, reply: Utterance) -> Turn:
@@ -230,7 +286,7 @@ class Converse:
                 turn.utterance)
             self.remember(self._current_user, learned)
         self._skipped = done.skipped
-        response, trimmed = fit_tokens(done.text, self.client.protocol.response_tokens)
+        response, trimmed = fit_tokens(done.text, self.response_tokens)
         provenance = [turn.ptkb[s] for s in done.ptkb_used if s in turn.ptkb]  # the current user's statements only
         top = ranking(done.ranking, self.client.protocol.citations)
         self.run[turn.turn_id] = done.ranking
@@ -360,6 +416,12 @@ class Converse:
                                            "last_response_of_run": finished, "history": history})
 
     def play(self) -> ConverseSummary:
+        """The run, from its start or from where the journal and the server say it stands, to its end (the outputs
+        written, the server's record checked); under the run directory's lock (:meth:`exclusive`)."""
+        with self.exclusive():
+            return self._play()
+
+    def _play(self) -> ConverseSummary:
         self.prepare()
         self._count_earlier()
         reply = self._opening()
@@ -405,7 +467,7 @@ class Converse:
     def _refit(self, answer: Answer, entry: dict[str, Any]) -> Answer:
         """A journaled answer fitted to the limit in force (a refused one was over it): the cut one is journaled
         before it is sent."""
-        limit = self.client.protocol.response_tokens
+        limit = self.response_tokens
         response, cut = fit_tokens(answer.response, limit)
         if not cut:
             return answer
@@ -430,7 +492,7 @@ class Converse:
             warn(f"turn {answer.turn_id}: over the turn budget, skipped {', '.join(skipped)} (said in the journal)")
             self.summary.skipped.extend(f"{answer.turn_id}:{s}" for s in skipped)
         if answer.trimmed:
-            note(f"turn {answer.turn_id}: the response was cut to {self.client.protocol.response_tokens} tokens "
+            note(f"turn {answer.turn_id}: the response was cut to {self.response_tokens} tokens "
                  "at a sentence end (said in the journal)")
         self.summary.answered += 1
         self.summary.trimmed += answer.trimmed
@@ -440,7 +502,7 @@ class Converse:
             self.summary.topics.append(reply.topic_id)
         return answer
 
-    def _send(self, reply: Utterance, answer: Answer) -> Utterance:
+    def _send(self, reply: Utterance, answer: Answer, *, refitted: bool = False) -> Utterance:
         try:
             following = self.client.send(self.run_id, answer.response, answer.citations, answer.ptkb_provenance,
                                          debug=self.debug)
@@ -448,20 +510,49 @@ class Converse:
             warn("the reply to an answer was lost: asking the server where the run stands before sending again")
             following = self._where_now()
             if _key(following) == _key(reply) and not following.last_response_of_session:
-                return self._send(reply, answer)  # not recorded: the same answer again
+                return self._send(reply, answer, refitted=refitted)  # not recorded: the same answer again
             # else recorded; or, for the closing words' empty answer, still between topics (the loop sends it again)
         except LiveError as exc:
             if not answer.turn_id and exc.status == 400 and "No more open topics" in exc.detail:
                 following = self._closing(reply, finished=True)  # the closing words were the run's last
             elif exc.status == 422 and answer.turn_id:
-                raise AnswerRefused(
-                    f"the server refused the answer to {answer.turn_id} (422: {exc.detail}); it stays in "
-                    f"{self.journal.path.name}: the same command within the server's limit (--response-tokens, "
-                    f"{self.client.protocol.response_tokens} now) cuts it to that limit and sends it") from None
+                return self._refused(reply, answer, exc, refitted=refitted)
             else:
                 raise
         self.journal.add("sent", turn_id=answer.turn_id, key=list(_key(reply)))
         return following
+
+    def _refused(self, reply: Utterance, answer: Answer, refusal: LiveError, *, refitted: bool) -> Utterance:
+        """A 422 for an answer. When it names a limit below the one in force (and this answer was not already
+        fitted after a refusal), the limit is learned, the journaled answer cut to it and sent again; otherwise
+        the command stops (exit 7), the answer kept in the journal."""
+        limit = named_limit(refusal.detail)
+        where = f"it stays in {self.journal.path.name}"
+        if refitted:
+            raise AnswerRefused(f"the server refused the answer to {answer.turn_id} again after it was cut to its "
+                                f"limit of {self.response_tokens} tokens (422: {refusal.detail}); {where}, "
+                                "nothing more is sent") from None
+        if limit is None or limit >= self.response_tokens:
+            named = ("names no limit" if limit is None else
+                     f"names {limit} tokens, not below the {self.response_tokens} in force (this answer has "
+                     f"{count_tokens(answer.response)} as apcir counts)")
+            raise AnswerRefused(
+                f"the server refused the answer to {answer.turn_id} (422: {refusal.detail}), and its refusal "
+                f"{named}; {where}: the same command with a lower --response-tokens cuts it to that limit and "
+                "sends it") from None
+        self._learn(limit, answer.turn_id, refusal.detail)
+        note(f"turn {answer.turn_id}: the server refused the answer for its length and named its limit, "
+             f"{limit} tokens (422: {refusal.detail}); it holds for this run from now on (said in the journal)")
+        done = self._answer_for(reply)
+        if done is None:  # pragma: no cover - every answer is journaled before it is sent
+            raise AnswerRefused(f"the answer to {answer.turn_id} is not in the journal: nothing more is sent")
+        tokens = count_tokens(done[0].response)
+        if tokens <= limit:  # cutting changes nothing: the server counts otherwise
+            raise AnswerRefused(f"the server refused the answer to {answer.turn_id} for a limit of {limit} tokens "
+                                f"(422: {refusal.detail}), but it has {tokens} as apcir counts them (spaCy's blank "
+                                f"English tokenizer); {where}: the same command with a lower --response-tokens "
+                                "cuts it to that limit and sends it") from None
+        return self._send(reply, self._refit(*done), refitted=True)
 
     # ---- the server's record -------------------------------------------------------------------------------
     def _answered(self) -> list[tuple[Utterance, dict[str, Any]]]:

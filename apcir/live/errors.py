@@ -28,7 +28,8 @@ EXIT_CODES: dict[int, str] = {
     DONE: "the run is complete and the server's record (run/dump) matches the journal",
     RECORD_DIFFERS: "the run is complete, but the server's record differs from what was sent (each difference "
                     "is named), or could not be read",
-    USER_ERROR: "a user error: the config, an option, no token in the variable, an unusable run directory, or a "
+    USER_ERROR: "a user error: the config, an option (an --api that is not http(s)://), no token in the variable, "
+                "an unusable run directory (or one another apcir converse is playing: refused at once), or a "
                 "request the server refused as malformed (400: an empty run id or description)",
     INTERNAL_ERROR: "an internal error (a bug in apcir): one line saying where the traceback was written",
     WHERE_UNKNOWN: "the server cannot say where the run stands (no run/session, or it does not know the run, "
@@ -36,8 +37,9 @@ EXIT_CODES: dict[int, str] = {
     TOKEN_REFUSED: "the token was refused: 400 (not base64) or 401 (not a team's token); nothing was started, "
                    "and the same command with the right token starts the run in the same directory",
     RUN_ID_TAKEN: "the run id is taken or finished (412), or it is another team's run (403)",
-    ANSWER_REFUSED: "the server refused an answer (422, e.g. over its token limit); the answer stays in the "
-                    "journal and the same command sends it again, fitted to the limit in force",
+    ANSWER_REFUSED: "the server refused an answer (422) without naming a token limit below the one in force, or "
+                    "refused it again once cut to the limit it named; the answer stays in the journal and the "
+                    "same command with a lower --response-tokens sends it cut to that limit",
     BUDGET_SPENT: "the budget is spent (403: runs, or debug sessions)",
     SERVER_FAILING: "the server cannot be reached, or kept failing (5xx) after the retries",
     INTERRUPTED: "interrupted (Ctrl-C): the journal is on disk and the same command resumes",
@@ -122,6 +124,7 @@ class SessionUnknown(ApcirError):
 
 
 class AnswerRefused(ApcirError):
-    """The server refused an answer (422); it stays in the journal, to be sent again fitted to the limit."""
+    """The server refused an answer (422) and named no lower limit to fit it to, or refused the fitted answer; it
+    stays in the journal, to be sent again fitted to the limit in force."""
 
     exit_code = ANSWER_REFUSED

@@ -25,8 +25,18 @@ to have used it:
   words included with a null ``assistant_text`` (:func:`parse_dump`);
 - bodies: start takes ``run_id``, ``description``, ``extra`` (an object) and an optional ``team_id``; continue
   takes ``run_id``, ``response``, ``citations`` (``{passage_id: score}`` or null, no count limit) and ``meta``
-  (an object); any other field is ignored. A response over 250 tokens (spaCy's blank English tokenizer) is 422;
-- replies carry no ``user_meta`` (the 2026 guidelines' ``user_meta.ptkb`` is read where a server sends it).
+  (an object); any other field is ignored. A response over 250 tokens (spaCy's blank English tokenizer) is 422,
+  its detail naming the limit ("Response exceeds limit of 250 tokens": :func:`named_limit`);
+- replies carry no ``user_meta`` (the 2026 guidelines' ``user_meta.ptkb`` is read where a server sends it);
+- ``auth/verify`` answers ``{"team_id"}``, ``budget/check`` ``{"remaining": {"debug": {"remaining", "unit"},
+  "run": {...}}}`` (:class:`Budget`).
+
+The 2026 deployment differs from the snapshot where its OpenAPI description (fetched 2026-06-10; quoted in the
+APCIR authors' client, ``src/apcir/interactive/sim_client.py`` of ``YuchenHui22314/TREC_iKAT_2024``) says so:
+``continue`` takes a response of **at most 512 tokens** (the 2026 guidelines say 512 too) and replies carry
+``user_meta``. Each year's record holds its limit (2025: 250, 2026: 512); a server that refuses an answer for
+its length and names a lower limit is followed (:mod:`apcir.live.converse` learns it), so a 2026 run against the
+snapshot (250) completes.
 
 The years differ in where the persona flag and the PTKB provenance go (:class:`Protocol`, one record per year,
 with the builders of those fields): **2026** puts them
@@ -40,6 +50,7 @@ Statuses: :data:`apcir.live.errors.STATUS`.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -48,9 +59,22 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 RESPONSE_TOKENS = 250
-"""The server refuses a longer response (HTTP 422), counted by spaCy's blank English tokenizer; both years'
-API documentation says 250 and the server's code checks 250 (the 2026 guidelines say 512: the server's check
-is what a run meets)."""
+"""The snapshot's check (and the 2025 deployment's documented limit): a longer response is refused (HTTP 422),
+counted by spaCy's blank English tokenizer. ``apcir simulate-user`` checks the same."""
+RESPONSE_TOKENS_2026 = 512
+"""The 2026 deployment's limit (its OpenAPI description of ``continue``, fetched 2026-06-10, and the 2026
+guidelines)."""
+
+_NAMED_LIMIT = re.compile(r"exceeds\s+(?:the\s+)?limit\s+of\s+(\d[\d,]*)\s+tokens?", re.IGNORECASE)
+
+
+def named_limit(detail: str) -> int | None:
+    """The token limit a refusal's detail names ("Response exceeds limit of 250 tokens." -> 250), else None."""
+    match = _NAMED_LIMIT.search(detail or "")
+    if match is None:
+        return None
+    limit = int(match.group(1).replace(",", ""))
+    return limit if limit > 0 else None
 
 
 def top_level_persona(track_persona: bool) -> dict[str, Any]:
@@ -80,7 +104,9 @@ class Protocol:
     """The fields ``run/start`` adds for the persona flag (2026: ``extra.track_persona``; 2025: top level)."""
     provenance: Callable[[list[str]], dict[str, Any]]
     """The fields ``run/continue`` adds for the PTKB provenance (2026: ``meta.ptkb_provenance``; 2025: top level)."""
-    response_tokens: int = RESPONSE_TOKENS
+    response_tokens: int
+    """The longest response the year's server takes, in its tokens (2025: 250; 2026: 512, as deployed); a
+    longer one is cut at a sentence end before it is sent (:func:`fit_tokens`)."""
     unstored: str = ""
     """Why the server stores neither the persona flag nor the PTKB provenance sent in this year's form, said
     where its record lacks them ("" where it stores them)."""
@@ -96,8 +122,10 @@ class Protocol:
 
 
 IKAT_2025 = Protocol(2025, citations=1000, persona=top_level_persona, provenance=top_level_provenance,
+                     response_tokens=RESPONSE_TOKENS,
                      unstored="--protocol 2025 sends it at the top level, which the server ignores")
-IKAT_2026 = Protocol(2026, citations=10, persona=extra_persona, provenance=meta_provenance)
+IKAT_2026 = Protocol(2026, citations=10, persona=extra_persona, provenance=meta_provenance,
+                     response_tokens=RESPONSE_TOKENS_2026)
 PROTOCOLS = {p.year: p for p in (IKAT_2025, IKAT_2026)}
 """The years by number: a new year is one record here."""
 
@@ -173,6 +201,40 @@ class RunStatus(BaseModel):
     def complete(self) -> bool:
         """Every topic has been started (``complete``; ``completed`` in the README's list)."""
         return self.status in ("complete", "completed")
+
+
+class Remaining(BaseModel):
+    """One kind of budget left: how many, of what (``sessions``: debug conversations; ``runs``: official runs)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    remaining: int
+    unit: str = ""
+
+
+class Budget(BaseModel):
+    """``budget/check``: what the team has left, by kind (``debug``, ``run``), as the server names them."""
+
+    remaining: dict[str, Remaining]
+
+    @classmethod
+    def read(cls, payload: Any) -> Budget:
+        """The server's answer; one it words otherwise is one line naming what came."""
+        from pydantic import ValidationError
+
+        from apcir.errors import ApcirError
+
+        try:
+            return cls.model_validate(payload)
+        except ValidationError:
+            shown = json.dumps(payload, ensure_ascii=False)
+            raise ApcirError("budget/check answered " + (shown if len(shown) <= 200 else shown[:200] + "...") +
+                             '; expected {"remaining": {"debug": {"remaining": N, "unit": ...}, "run": {...}}}'
+                             ) from None
+
+    def line(self) -> str:
+        """``debug: 100 sessions, run: 6 runs`` (the server's kinds and units, in its order)."""
+        return ", ".join(f"{kind}: {left.remaining} {left.unit}".rstrip() for kind, left in self.remaining.items())
 
 
 def parse_dump(text: str) -> list[dict[str, Any]]:

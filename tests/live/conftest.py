@@ -9,6 +9,7 @@ import os
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,9 @@ class Proxy:
         self.held = threading.Event()
         self.release = threading.Event()
         self.continues = 0
+        self.rewrite: Callable[[str, int, bytes], bytes] | None = None
+        """Changes a reply's body (given its route, status and body) before the client gets it: a server that
+        words a refusal otherwise."""
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -100,6 +104,8 @@ class Proxy:
                     status, kind, payload = exc.code, exc.headers.get("Content-Type", ""), exc.read()
                 owner.requests.append({"method": method, "route": route.removeprefix("/simulation/"),
                                        "body": json.loads(body) if body else None, "status": status})
+                if owner.rewrite is not None:
+                    payload = owner.rewrite(route.removeprefix("/simulation/"), status, payload)
                 if number in owner.hold or route.removeprefix("/simulation/") in owner.hold:
                     owner.held.set()
                     owner.release.wait(120)

@@ -8,6 +8,7 @@ import pytest
 
 import apcir
 from apcir import datasets
+from apcir.errors import ApcirError
 from apcir.experiment.config import validate_config
 from apcir.live.client import LiveError, SimulationClient
 from apcir.live.converse import JOURNAL, RUN_FILE, Converse
@@ -455,6 +456,38 @@ def test_unusable_outputs_and_inputs_are_one_line_before_any_request(live_setup,
     assert code == 2 and "input" in err, err
     code, _, err = run_cli("simulate-user", "--log", str(blocker / "log.jsonl"), "--port", "0")
     assert code == 2 and err.count("\n") == 1, err
+
+
+def test_an_api_address_that_is_not_http_is_refused_at_once_before_anything_is_written(live_setup, tmp_path,
+                                                                                        run_cli, monkeypatch):
+    """``--api ftp://...`` (or no scheme, or no host) is one line at once, exit 2: not retried for half a minute
+    as a refused connection; the run directory is not made."""
+    import time
+
+    folder, _, data = live_setup
+    config = tmp_path / "live.toml"
+    config.write_text(f'name = "live"\n[retrieval]\nindex = "{data["retrieval"]["index"]}"\n'
+                      f'[fusion.weights]\nsource = "file"\nfile = "{folder / "weights.json"}"\n')
+    monkeypatch.setenv("IKAT_API_TOKEN", CANARY)
+    for api in ("ftp://127.0.0.1:9/simulation/", "127.0.0.1:9/simulation/", "http:///simulation/",
+                "http://127.0.0.1:port/"):
+        started = time.monotonic()
+        code, _, err = run_cli("converse", str(config), "--api", api, "--run-id", "u", "-o", str(tmp_path / "run"))
+        assert code == 2 and err.count("\n") == 1 and "--api" in err and "http(s)://" in err, (api, err)
+        code, _, err = run_cli("converse", "--api", api, "--check")
+        assert code == 2 and err.count("\n") == 1 and "http(s)://" in err, (api, err)
+        assert time.monotonic() - started < 5, api
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ApcirError, match="not an http"):  # the Python API too
+        SimulationClient("ftp://127.0.0.1:9/", CANARY, PROTOCOLS[2026])
+
+
+def test_converse_without_config_or_run_id_says_what_is_missing(run_cli, monkeypatch):
+    monkeypatch.setenv("IKAT_API_TOKEN", CANARY)
+    code, _, err = run_cli("converse", "--api", "http://127.0.0.1:9/", "--run-id", "r")
+    assert code == 2 and err.count("\n") == 1 and "missing CONFIG" in err and "--check" in err, err
+    code, _, err = run_cli("converse", "live.toml", "--api", "http://127.0.0.1:9/")
+    assert code == 2 and err.count("\n") == 1 and "missing --run-id" in err, err
 
 
 def test_a_2025_run_whose_provenance_the_server_did_not_store_is_reported(live_setup, tmp_path):

@@ -10,7 +10,16 @@ from dataclasses import replace
 import pytest
 
 from apcir.errors import ApcirError
-from apcir.live.protocol import PROTOCOLS, RunStatus, Utterance, extra_persona, parse_dump, protocol_for
+from apcir.live.protocol import (
+    PROTOCOLS,
+    Budget,
+    RunStatus,
+    Utterance,
+    extra_persona,
+    named_limit,
+    parse_dump,
+    protocol_for,
+)
 
 
 def _reply(*history: tuple[str, str]) -> Utterance:
@@ -81,3 +90,36 @@ def test_a_year_is_one_record_looked_up_outside_the_server():
     code = ("import sys, apcir.live.protocol, apcir.live.client, apcir.live.converse, apcir.cli.live_commands; "
             "sys.exit('apcir.live.server' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_each_year_has_its_response_limit():
+    """2025: the 250 tokens its documentation and the snapshot's code check; 2026: 512, as deployed (its OpenAPI
+    description of continue) and in the 2026 guidelines."""
+    assert (PROTOCOLS[2025].response_tokens, PROTOCOLS[2026].response_tokens) == (250, 512)
+
+
+@pytest.mark.parametrize(("detail", "limit"), [
+    # the organisers' server's detail (src/api/messages.py), as FastAPI words it and as apcir summarises it
+    ("Value error, Response is too long (376 tokens). Response exceeds limit of 250 tokens.", 250),
+    ("response: Response is too long (376 tokens). Response exceeds limit of 250 tokens.", 250),
+    ("response: Response is too long (600 tokens). Response exceeds limit of 512 tokens.; citations.p: bad", 512),
+    ("Response exceeds the limit of 1,024 tokens", 1024),
+    ("RESPONSE EXCEEDS LIMIT OF 300 TOKENS", 300),
+    ("Response is too long (376 tokens).", None),  # the length only: no limit named
+    ("response: Response is too long", None),
+    ("Response exceeds limit of 0 tokens.", None),
+    ("citations.p1: Input should be a valid number", None),
+    ("", None),
+])
+def test_the_limit_a_refusal_names_is_read_from_its_detail(detail, limit):
+    assert named_limit(detail) == limit
+
+
+def test_the_budget_is_read_as_the_server_words_it_and_anything_else_is_one_line():
+    payload = {"remaining": {"debug": {"remaining": 97, "unit": "sessions"}, "run": {"remaining": 6, "unit": "runs"}}}
+    budget = Budget.read(payload)
+    assert budget.line() == "debug: 97 sessions, run: 6 runs"
+    assert {k: v.model_dump() for k, v in budget.remaining.items()} == payload["remaining"]
+    with pytest.raises(ApcirError, match=r"budget/check answered \{\"debug\": 3\}; expected") as refused:
+        Budget.read({"debug": 3})
+    assert "\n" not in str(refused.value)
