@@ -590,10 +590,11 @@ def reformulate(turns: PathLike | Sequence[Turn], method: str = "heuristic", *, 
 
 def retrieve(queries: Mapping[str, Any], index: PathLike, *, k: int = 1000, field: str = "rewrite",
              encoder: str | None = None, device: str | None = None, backend: str | None = None,
-             progress: bool = False, dtype: str = "auto") -> Run:
+             progress: bool = False, dtype: str = "auto", **options: Any) -> Run:
     """Search an index (``apcir index build``, or a Lucene index) as ``apcir retrieve`` does: ``queries`` are
     reformulation records (``field`` picks rewrite, rewrite_response or third) or ``{turn_id: text}``;
-    ``dtype``: the query encoder's precision (auto, float32, bfloat16, float16)."""
+    ``dtype``: the query encoder's precision (auto, float32, bfloat16, float16); ``options``: the backend's own
+    (``query_algorithm="wand"`` for pisa, ``retriever="module:function"`` with ``backend="pyterrier"``, ...)."""
     from apcir.experiment.turns import ListRetrieval
     from apcir.retrieval.backends import open_index
     from apcir.retrieval.stage import list_queries
@@ -602,7 +603,8 @@ def retrieve(queries: Mapping[str, Any], index: PathLike, *, k: int = 1000, fiel
         asked: Mapping[str, Any] = list_queries(queries, field)
     else:
         asked = {t: str(v) for t, v in queries.items()}
-    searcher = open_index(index, encoder, device=device, threads=2, backend=backend, dtype=dtype)
+    searcher = open_index(index, encoder, device=device, threads=2, backend=backend, dtype=dtype,
+                          options=options or None)
     runs = ListRetrieval(searcher, k, progress).search({field: asked})
     return Run(runs[field], name=field)
 

@@ -96,7 +96,7 @@ class EntrySettings(BaseModel):
             value = data.pop(key)
             if chosen is not None and key in chosen.model_fields:
                 own[key] = value
-            elif chosen is not None and not _is_default(registry, every[key], key, value):
+            elif chosen is not None and not _is_default(every[key], value):
                 foreign.append(key)
         if foreign:
             raise ValueError(f"{', '.join(sorted(foreign))}: not used by the {name} {registry.concept}; remove "
@@ -150,12 +150,13 @@ class EntrySettings(BaseModel):
             return super().__getattr__(name)
 
 
-def _is_default(registry: Registry[Any], option: OptionField, key: str, value: Any) -> bool:
+def _is_default(option: OptionField, value: Any) -> bool:
     """Whether ``value`` is the default of ``key`` in the entry that declares it (a full dump reloads)."""
-    model = options_of(registry.get(option.entries[0]))
-    try:
-        parsed = model.model_validate({key: value})
+    from pydantic import TypeAdapter
+
+    try:  # the key's type alone: the entry's other keys (one it requires) do not decide what its default is
+        parsed = TypeAdapter(option.field.annotation or Any).validate_python(value)
     except ValidationError:
         return False
-    return bool(getattr(parsed, key) == option.field.get_default(call_default_factory=True))
+    return bool(parsed == option.field.get_default(call_default_factory=True))
 

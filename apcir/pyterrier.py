@@ -177,21 +177,43 @@ def _query_inputs(queries: pd.DataFrame, field: str) -> dict[str, QueryInput]:
 
 class Retrieve(pt.Transformer):  # type: ignore[misc]
     """Search an apcir index (or a Lucene one) with one of the rewrites: ``field`` is rewrite (q'),
-    rewrite_response (q'+r'), third, or query (the frame's query)."""
+    rewrite_response (q'+r'), third, or query (the frame's query).
 
-    def __init__(self, index: str | Path, *, field: str = "rewrite", k: int = 1000, encoder: str | None = None,
-                 device: str | None = None, backend: str | None = None, dtype: str = "auto"):
-        self.index, self.field, self.k = Path(index), field, k
+    ``retriever``: any PyTerrier retriever (a transformer) instead of an index, as the ``pyterrier`` backend uses
+    one: it is given each query's text (``query_form="text"``) or, with ``query_form="toks"``, the ``query_toks``
+    apcir's SPLADE ``encoder`` makes (default splade-v3). ``options``: the backend's own options
+    (``query_algorithm`` for a pisa index, ``bm25_k1`` for a Lucene one, ...)."""
+
+    def __init__(self, index: str | Path | None = None, *, field: str = "rewrite", k: int = 1000,
+                 encoder: str | None = None, device: str | None = None, backend: str | None = None,
+                 dtype: str = "auto", retriever: Any = None, query_form: str = "text", **options: Any):
+        if (index is None) == (retriever is None):
+            raise ApcirError("give an index or a retriever (a PyTerrier transformer), not both or neither")
+        self.index, self.field, self.k = Path(index) if index is not None else None, field, k
         self.encoder, self.device, self.backend, self.dtype = encoder, device, backend, dtype
+        self.retriever, self.query_form, self.options = retriever, query_form, options
         self._searcher: Any = None
 
-    def run_field(self, queries: pd.DataFrame, field: str | None = None) -> api.Run:
+    def _open(self) -> Any:
         from apcir.retrieval.backends import open_index
+
+        if self.retriever is None:
+            assert self.index is not None
+            return open_index(self.index, self.encoder, device=self.device, backend=self.backend, dtype=self.dtype,
+                              options=self.options or None)
+        from apcir.retrieval.encoder import DEFAULT_MODEL, make_encoder
+        from apcir.retrieval.transformer import TransformerRetriever
+
+        encoder = None
+        if self.query_form == "toks":
+            encoder = make_encoder("splade", self.encoder or DEFAULT_MODEL, device=self.device, dtype=self.dtype)
+        return TransformerRetriever(self.retriever, self.query_form, encoder, name=repr(self.retriever))
+
+    def run_field(self, queries: pd.DataFrame, field: str | None = None) -> api.Run:
         from apcir.retrieval.stage import retrieve_lists
 
         if self._searcher is None:
-            self._searcher = open_index(self.index, self.encoder, device=self.device, backend=self.backend,
-                                        dtype=self.dtype)
+            self._searcher = self._open()
         name = field or self.field
         import tempfile
 
@@ -209,9 +231,10 @@ class Retrieve(pt.Transformer):  # type: ignore[misc]
 
 
 class RetrieveLists(Retrieve):
-    """The three lists APCIR fuses (q', q'+r', third), in one results frame with a ``list`` column."""
+    """The three lists APCIR fuses (q', q'+r', third), in one results frame with a ``list`` column: from an index,
+    or from any PyTerrier retriever (``retriever=``, with ``query_form`` text or toks; see :class:`Retrieve`)."""
 
-    def __init__(self, index: str | Path, *, k: int = 1000, **kwargs: Any):
+    def __init__(self, index: str | Path | None = None, *, k: int = 1000, **kwargs: Any):
         super().__init__(index, k=k, **kwargs)
 
     def transform_outputs(self, columns: list[str]) -> list[str]:
@@ -271,9 +294,10 @@ class LevelFusion(pt.Transformer):  # type: ignore[misc]
         return frame_of(fused, queries)
 
 
-def Fuse(index: str | Path, weights: WeightsFile | str | Path, *, k: int = 1000, norm: str | None = None,
+def Fuse(index: str | Path | None, weights: WeightsFile | str | Path, *, k: int = 1000, norm: str | None = None,
          depth: int | None = None, **retrieve: Any) -> Any:
-    """APCIR's retrieval and fusion in one transformer: ``RetrieveLists(index) >> LevelFusion(weights)``."""
+    """APCIR's retrieval and fusion in one transformer: ``RetrieveLists(index) >> LevelFusion(weights)`` (index None
+    with ``retriever=``: any PyTerrier retriever's three lists)."""
     return RetrieveLists(index, k=k, **retrieve) >> LevelFusion(weights, norm=norm, depth=depth)
 
 

@@ -43,9 +43,39 @@ from apcir.errors import ApcirError
 
 def load_ref(ref: str) -> Any:
     """The object a ``"module:name"`` reference names (``"apcir.reranking.monot5:load"``), imported now: how every
-    registry entry names its functions and classes, so that a module loads only when its entry is used."""
+    registry entry names its functions and classes, so that a module loads only when its entry is used.
+
+    A module part ending in ``.py`` is a Python file (``"retrievers.py:bm25"``, relative to the working directory),
+    imported once from there, so that a config can name a function of a file beside it without installing it."""
     module, _, name = ref.partition(":")
+    if module.endswith(".py"):
+        return getattr(_file_module(module), name)
     return getattr(importlib.import_module(module), name)
+
+
+def _file_module(path: str) -> Any:
+    """The module of a Python file, imported once per resolved path (under a name of its own in ``sys.modules``)."""
+    import hashlib
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    where = Path(path).expanduser().resolve()
+    key = f"_apcir_file_{where.stem}_{hashlib.sha256(str(where).encode()).hexdigest()[:12]}"
+    if key in sys.modules:
+        return sys.modules[key]
+    if not where.is_file():
+        raise ModuleNotFoundError(f"no such Python file: {path}")
+    spec = importlib.util.spec_from_file_location(key, where)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[key] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[key]
+        raise
+    return module
 
 
 def call_ref(function: str | Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:

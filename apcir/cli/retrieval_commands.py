@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
 
-from apcir.cli.common import checked, console, err_console, print_json
+from apcir.cli.common import checked, console, entry_options, err_console, print_json, settings
 from apcir.contract.reformulations import LIST_NAMES
 from apcir.errors import ApcirError
 from apcir.io import check_writable, check_writable_dir, refuse_inputs_as_outputs, refuse_inputs_inside
@@ -36,10 +37,43 @@ def index_dependencies(index: Path) -> list[Path]:
     return dependencies(index_folder(index))
 
 
+def backend_options(backend: str | None, options: dict[str, Any] | None, index: Path | None = None) -> Any:
+    """The chosen backend's own options from the command's (validated as ``[retrieval]`` validates them: another
+    backend's option is refused in one line); the backend is ``--backend``, else the one ``index`` was built with.
+    None when neither names one (and no option was given)."""
+    from apcir.retrieval.settings import RetrievalSettings
+
+    given = dict(options or {})
+    name = backend or (_built_with(index) if index is not None else None)
+    if name is None:
+        if given:
+            raise ApcirError(f"--{next(iter(given)).replace('_', '-')}: which backend's option? give --backend (this "
+                             "index has no apcir manifest)")
+        return None
+    return settings(RetrievalSettings, backend=name, **given).options
+
+
+def _built_with(index: Path) -> str | None:
+    """The backend an index was built with (its manifest's; a bare Lucene index's default), else None."""
+    from apcir.retrieval.backends import locate
+    from apcir.retrieval.manifest import MANIFEST, is_foreign_lucene, read_manifest
+    from apcir.retrieval.registry import BARE_LUCENE
+
+    try:
+        folder = locate(index)
+    except ApcirError:
+        return None
+    if (folder / MANIFEST).is_file():
+        name = read_manifest(folder).backend
+        return name if name in BACKENDS else None
+    return BARE_LUCENE if is_foreign_lucene(folder) else None
+
+
 index_app = typer.Typer(help="Build and inspect retrieval indexes.", no_args_is_help=True)
 
 
 @index_app.command("build")
+@entry_options(BACKENDS)
 def build_command(
     collection: str = typer.Option(
         ..., "--collection", "-c", help="Bundled collection (ikat23-provenance) or a JSONL file (either layout)."
@@ -74,13 +108,17 @@ def build_command(
         "the index keeps the file's own tokens (search it with retrieve --query-vectors).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    options: dict[str, Any] | None = None,
 ) -> None:
-    """Build an index (resumable; an up-to-date index is left alone)."""
-    from apcir.retrieval.build import build_from_vectors, build_index
+    """Build an index (resumable; an up-to-date index is left alone). A backend's own options (generated from its
+    options model) are given beside the shared ones."""
+    from apcir.retrieval.build import build_from_vectors, build_index, check_buildable
     from apcir.retrieval.settings import check_encoder
 
     checked("--backend", BACKENDS.validate, backend)
     checked("--encoder", check_encoder, encoder)
+    check_buildable(BACKENDS.get(backend))
+    own = backend_options(backend, options)
 
     check_dtype(dtype)
     refuse_inputs_inside(index_folder(out), [collection, vectors_from], "index directory")
@@ -89,12 +127,12 @@ def build_command(
         if shard or vectors_from:
             raise ApcirError("--vectors indexes precomputed vectors: --shard and --vectors-from do not apply")
         result = build_from_vectors(collection, backend, out, encoder, threads=threads, overwrite=overwrite,
-                                    chunk_size=chunk_size)
+                                    chunk_size=chunk_size, options=own)
     else:
         result = build_index(
             collection, backend, out, encoder=encoder or DEFAULT_MODEL, shard=shard, device=device, batch_size=batch_size,
             doc_max_length=doc_max_length, chunk_size=chunk_size, threads=threads, overwrite=overwrite,
-            vectors_from=vectors_from, dtype=dtype,
+            vectors_from=vectors_from, dtype=dtype, options=own,
         )
     if as_json:
         print_json(
@@ -155,9 +193,11 @@ def export_vectors_command(
                   "--pretokenized", highlight=False)
 
 
+@entry_options(BACKENDS)
 def retrieve_command(
-    index: Path = typer.Option(..., "--index", "-i", help="Index directory (apcir index, or a Lucene index for BM25), "
-                               "or a Milvus index's location (milvus:PATH.db, milvus://HOST:PORT/COLLECTION)."),
+    index: Path = typer.Option(..., "--index", "-i", help="Index directory (apcir index, or a Lucene index for BM25; "
+                               "for --backend pyterrier the retriever's own), or a Milvus index's location "
+                               "(milvus:PATH.db, milvus://HOST:PORT/COLLECTION)."),
     queries: Path | None = typer.Option(
         None, "--queries", "-q", help="TSV turn_id<TAB>query[<TAB>response], or a reformulations JSONL."
     ),
@@ -181,15 +221,17 @@ def retrieve_command(
     dtype: str = typer.Option("auto", "--dtype", help=f"Query encoder precision: {DTYPE_HELP}."),
     threads: int = typer.Option(2, "--threads", min=1, help="Lucene search threads."),
     backend_name: str | None = typer.Option(
-        None, "--backend", help="For a Lucene index without an apcir manifest: lucene-bm25 (default) or "
-        "lucene-splade (an impact index, queried with --encoder).",
+        None, "--backend", help="For an index without an apcir manifest: lucene-bm25 (a Lucene index, the default), "
+        "lucene-splade (an impact index, queried with --encoder) or pyterrier (--retriever's own index).",
     ),
     qr_fusion: Path | None = typer.Option(
         None, "--qr-fusion", help="Query-representation fusion (paper Table 4): with a reformulations JSONL, one "
         "query per turn, the three inputs' vectors summed with the weights of the turn's level in this weights.json.",
     ),
+    options: dict[str, Any] | None = None,
 ) -> None:
-    """Retrieve the top-k passages for every query into a TREC run file (one per field)."""
+    """Retrieve the top-k passages for every query into a TREC run file (one per field). A backend's own options
+    (generated from its options model) are given beside the shared ones."""
     from apcir.contract.runs import write_run
     from apcir.retrieval.backends import open_index
     from apcir.retrieval.queries import load_queries
@@ -198,6 +240,7 @@ def retrieve_command(
 
     checked("--backend", BACKENDS.validate, backend_name)
     checked("--encoder", check_encoder, encoder)
+    own = backend_options(backend_name, options, index)
 
     check_dtype(dtype)
     if (queries is None) == (query_vectors is None):
@@ -206,7 +249,7 @@ def retrieve_command(
         if queries is None:
             raise ApcirError("--qr-fusion takes a reformulations JSONL as --queries")
         _qr_fusion_command(index, queries, qr_fusion, field, k, out, tag, encoder, device, threads, backend_name,
-                           dtype)
+                           dtype, own)
         return
     if query_vectors is not None:
         from apcir.retrieval.stage import search_query_vectors
@@ -219,7 +262,7 @@ def retrieve_command(
         refuse_inputs_as_outputs([out], [query_vectors, *index_dependencies(index)], folders=[index_folder(index)])
         # the queries come encoded: the model only maps tokens, in the index's own precision (no warning)
         backend = open_index(index, encoder, device=device, threads=threads, backend=backend_name,
-                             dtype=passage_dtype(index))
+                             dtype=passage_dtype(index), options=own)
         run = search_query_vectors(backend, query_vectors, k)
         write_run(run, out, tag=tag, depth=k)
         console.print(f"wrote {out}: {len(run)} turns, {sum(len(h) for h in run.values())} hits (depth {k})",
@@ -244,7 +287,8 @@ def retrieve_command(
     for path in outs.values():
         check_writable(path, "run file")
     refuse_inputs_as_outputs(outs.values(), [queries, *index_dependencies(index)], folders=[index_folder(index)])
-    backend = open_index(index, encoder, device=device, threads=threads, backend=backend_name, dtype=dtype)
+    backend = open_index(index, _query_encoder(encoder, backend_name, own), device=device, threads=threads,
+                         backend=backend_name, dtype=dtype, options=own)
     started = time.perf_counter()
     runs = retrieve_lists(backend, {keys[f]: qs.queries for f, qs in query_sets.items()}, outs, tags, k=k)
     seconds = time.perf_counter() - started
@@ -262,7 +306,7 @@ def retrieve_command(
 
 def _qr_fusion_command(index: Path, queries: Path, weights_path: Path, field: str | None, k: int, out: Path,
                       tag: str, encoder: str | None, device: str | None, threads: int,
-                      backend_name: str | None, dtype: str = "auto") -> None:
+                      backend_name: str | None, dtype: str = "auto", own: Any = None) -> None:
     from apcir.contract.reformulations import load_reformulations
     from apcir.contract.runs import write_run
     from apcir.contract.weights import load_weights
@@ -288,11 +332,23 @@ def _qr_fusion_command(index: Path, queries: Path, weights_path: Path, field: st
                              path=weights_path)
         inputs[turn] = [record.list_inputs()[name] for name in LIST_NAMES]
         turn_weights[turn] = tuple(weights.levels[record.output.level].weights)
-    backend = open_index(index, encoder, device=device, threads=threads, backend=backend_name, dtype=dtype)
+    backend = open_index(index, _query_encoder(encoder, backend_name, own), device=device, threads=threads,
+                         backend=backend_name, dtype=dtype, options=own)
     run = search_fused_representation(backend, inputs, turn_weights, k)
     write_run(run, out, tag=tag, depth=k)
     console.print(f"wrote {out}: {len(run)} turns, query-representation fusion with the weights of {weights_path}",
                   highlight=False)
+
+
+def _query_encoder(encoder: str | None, backend: str | None, own: Any) -> str | None:
+    """The query encoder: ``--encoder``; for a backend whose index has no manifest to name the model (pyterrier
+    with ``--query-form toks``), the default SPLADE model when none is given."""
+    from apcir.retrieval.encoder import DEFAULT_MODEL
+
+    if encoder is None and backend is not None and BACKENDS.get(backend).build is None and \
+            BACKENDS.get(backend).encoder_kind(own) is not None:
+        return DEFAULT_MODEL
+    return encoder
 
 
 def register(app: typer.Typer) -> None:

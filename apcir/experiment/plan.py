@@ -30,7 +30,6 @@ from apcir.reranking.settings import RerankSettings
 from apcir.reranking.stage import RerankStage
 from apcir.responses.ptkb import BM25, PTKB_METHODS
 from apcir.responses.stage import PtkbStage, RespondStage
-from apcir.retrieval.registry import BACKENDS
 from apcir.retrieval.stage import RetrieveStage, resolved_dtype
 from apcir.submission.stage import ExportStage, ValidateStage
 
@@ -102,7 +101,7 @@ def ptkb(config: ExperimentConfig, layout: RunLayout, turns: list[Turn],
          records: dict[str, ReformulationRecord]) -> PtkbStage:
     encoder = config.retrieval.encoder if config.retrieval.uses_encoder else BM25
     baselines = {m.name: layout.ptkb_baseline(m.name) for m in PTKB_METHODS if m.reference}
-    return PtkbStage(layout.reformulations, turns, encoder, BACKENDS.get(config.retrieval.backend).encoder,
+    return PtkbStage(layout.reformulations, turns, encoder, config.retrieval.encoder_kind,
                      config.name, out=layout.ptkb_run, baselines=baselines, records=records,
                      dtype=resolved_dtype(config.retrieval))
 

@@ -290,7 +290,6 @@ def open_turn_pipeline(config: ExperimentConfig, workdir: Path, *, progress: boo
     ``reformulator``: other options than the config's (``apcir converse --track-persona`` asks for the
     persona too)."""
     from apcir.responses.ptkb import similarity_for
-    from apcir.retrieval.registry import BACKENDS
     from apcir.retrieval.stage import ensure_index, open_backend, passage_texts_for, resolved_dtype
 
     settings = config.retrieval
@@ -299,8 +298,8 @@ def open_turn_pipeline(config: ExperimentConfig, workdir: Path, *, progress: boo
     backend = open_backend(settings, index)
     store = passage_texts_for(settings, index)
     texts: Texts = store.texts if store is not None else no_texts
-    similarity = similarity_for(settings.encoder if settings.uses_encoder else None,
-                                BACKENDS.get(settings.backend).encoder, resolved_dtype(settings))
+    similarity = similarity_for(settings.encoder if settings.uses_encoder else None, settings.encoder_kind,
+                                resolved_dtype(settings))
     responding = Responding(config.respond, similarity, workdir / "responses.jsonl", texts, redo_stale)
     return TurnPipeline(
         Reformulation(reformulator or config.reformulator, workdir / "reformulations.jsonl", redo_stale),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import scipy.sparse as sp
 
@@ -12,11 +12,12 @@ from apcir.console import warn
 from apcir.contract.records import Run
 from apcir.contract.reformulations import QueryInput
 from apcir.errors import ApcirError
+from apcir.options import Options
 from apcir.retrieval.encoder import SpladeEncoder, TextEncoder, canonical_model_name, make_encoder
 from apcir.retrieval.location import is_milvus, parse_milvus
-from apcir.retrieval.manifest import IndexManifest, is_foreign_lucene, read_manifest
+from apcir.retrieval.manifest import IndexManifest, foreign_pyterrier, is_foreign_lucene, read_manifest
 from apcir.retrieval.precision import stored_dtype
-from apcir.retrieval.registry import BACKENDS, BARE_LUCENE
+from apcir.retrieval.registry import BACKENDS, BARE_LUCENE, backend_options
 
 
 class Backend(Protocol):
@@ -72,6 +73,7 @@ def open_index(
     backend: str | None = None,
     batch_size: int = 32,
     dtype: str | None = "auto",
+    options: Options | Mapping[str, Any] | None = None,
 ) -> Backend:
     """Open the index at ``index_dir`` with the backend its manifest names.
 
@@ -83,13 +85,28 @@ def open_index(
     ``backend="lucene-splade"`` and an ``encoder``, as an impact index queried
     with that encoder (apcir cannot check that the index was built with the same model). ``dtype`` is the
     query encoder's precision; one other than the one the index's passages were encoded in is reported (a
-    warning, one line: the scores move a little, see docs/performance.md).
+    warning, one line: the scores move a little, see docs/performance.md). ``options``: the backend's own
+    (``query_algorithm``, ``retriever``, ...), validated against its model. A backend whose index apcir does not
+    build (``pyterrier``) is named by ``backend`` and opens the folder as it is (its retriever's own index).
     """
     folder = locate(index_dir)
+    if backend is not None and BACKENDS.get(backend).build is None:
+        spec = BACKENDS.get(backend)
+        own = backend_options(spec, options)
+        kind = spec.encoder_kind(own)
+        query_encoder = None
+        if kind is not None:
+            if encoder is None:
+                raise ApcirError(f"the {spec.name} backend with these options needs a {kind} query encoder "
+                                 "(--encoder, retrieval.encoder)", path=folder)
+            query_encoder = encoder if isinstance(encoder, TextEncoder) else make_encoder(
+                kind, str(encoder), device=device, batch_size=batch_size, dtype=dtype)
+        return spec.call_with("open", own, folder, None, query_encoder, threads=threads)  # type: ignore[no-any-return]
     if not folder.is_dir():
         raise ApcirError("index directory not found", path=folder)
     if is_foreign_lucene(folder):
         spec = BACKENDS.get(backend or BARE_LUCENE)
+        own = backend_options(spec, options)
         if not spec.opens_bare_lucene:
             able = ", ".join(b.name for b in BACKENDS if b.opens_bare_lucene)
             raise ApcirError(f"a bare Lucene index opens as {able}, not {spec.name}", path=folder)
@@ -102,7 +119,12 @@ def open_index(
                 )
             query_encoder = (encoder if isinstance(encoder, TextEncoder)
                              else SpladeEncoder(encoder, device=device, batch_size=batch_size, dtype=dtype))
-        return spec.call("open", folder, None, query_encoder, threads=threads)  # type: ignore[no-any-return]
+        return spec.call_with("open", own, folder, None, query_encoder, threads=threads)  # type: ignore[no-any-return]
+    foreign = foreign_pyterrier(folder)
+    if foreign is not None:
+        raise ApcirError(f"a {foreign} index apcir did not build (PyTerrier's): search it through the pyterrier backend, "
+                         "--backend pyterrier --retriever module:function (a function returning a PyTerrier retriever "
+                         "of this folder)", path=folder)
     manifest = read_manifest(folder)
     if is_milvus(index_dir):  # searched where it was reached (another port or host than the build's, maybe)
         manifest = manifest.model_copy(update={"location": str(parse_milvus(index_dir))})
@@ -112,21 +134,23 @@ def open_index(
     spec = BACKENDS.get(manifest.backend)
     if backend is not None and backend != spec.name:
         raise ApcirError(f"this is a {spec.name} index, not {backend}", path=folder)
+    own = backend_options(spec, options)
     if manifest.source == "vectors" and manifest.model is None:
         from apcir.retrieval.vectors import Vocabulary
 
         if encoder:
             raise ApcirError("this index was built from precomputed vectors with their own tokens, not with a "
                              "model: it cannot encode text queries; search it with --query-vectors", path=folder)
-        return spec.call("open", folder, manifest, Vocabulary.load(folder), threads=threads)  # type: ignore[no-any-return]
+        return spec.call_with("open", own, folder, manifest, Vocabulary.load(folder),  # type: ignore[no-any-return]
+                              threads=threads)
     if spec.encoder is None:
         if isinstance(encoder, TextEncoder) or encoder:
             raise ApcirError(f"{folder} is a {spec.name} index; it takes no query encoder", path=folder)
-        return spec.call("open", folder, manifest, None, threads=threads)  # type: ignore[no-any-return]
+        return spec.call_with("open", own, folder, manifest, None, threads=threads)  # type: ignore[no-any-return]
     query_encoder = _matching_encoder(folder, manifest, spec.encoder, encoder, device, batch_size, dtype)
     if manifest.source == "texts":
         check_query_dtype(manifest, query_encoder, folder)
-    return spec.call("open", folder, manifest, query_encoder, threads=threads)  # type: ignore[no-any-return]
+    return spec.call_with("open", own, folder, manifest, query_encoder, threads=threads)  # type: ignore[no-any-return]
 
 
 def check_query_dtype(manifest: IndexManifest, encoder: TextEncoder, folder: Path) -> bool:

@@ -32,7 +32,7 @@ import time
 import zipfile
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -51,6 +51,7 @@ from apcir.datasets.registry import collection_path
 from apcir.datasets.store import OFFSETS, build_offsets
 from apcir.errors import ApcirError
 from apcir.io import atomic_write, json_loads, write_json, write_text
+from apcir.options import Options
 from apcir.retrieval.encoder import (
     DEFAULT_MODEL,
     SpladeEncoder,
@@ -69,12 +70,12 @@ from apcir.retrieval.manifest import (
     write_manifest,
 )
 from apcir.retrieval.precision import check_dtype, resolve_dtype, stored_dtype
-from apcir.retrieval.registry import BACKENDS, ENCODER_KINDS, BackendSpec
+from apcir.retrieval.registry import BACKENDS, ENCODER_KINDS, BackendSpec, backend_options, build_values
 
 WORK = "_build"
 CHUNK_SIZE = 10_000
 OWNED_OUTPUTS = (MANIFEST, f"{MANIFEST}.staged", "postings.npz",
-                 *(f"postings.{a}.npy" for a in ("indptr", "indices", "data", "local", "bounds")), "ids.txt", "ids.npy", "lucene", "vectors.npy", "docid", "index", WORK, OFFSETS,
+                 *(f"postings.{a}.npy" for a in ("indptr", "indices", "data", "local", "bounds")), "ids.txt", "ids.npy", "lucene", "pisa", "vectors.npy", "docid", "index", WORK, OFFSETS,
                  "vocab.txt")
 
 
@@ -135,6 +136,7 @@ def build_index(
     progress: bool = True,
     vectors_from: str | Path | None = None,
     dtype: str | None = "auto",
+    options: Options | Mapping[str, Any] | None = None,
 ) -> BuildResult:
     """Build (or resume, or confirm up to date) an index of a collection.
 
@@ -153,10 +155,13 @@ def build_index(
     build in the precision its plan records (the shards of one index are encoded in one precision), and
     accepts an up-to-date index whatever its precision; a precision named explicitly must be the plan's
     and the index's. ``chunk_size``: passages per saved chunk (the unit of resuming); None keeps an unfinished
-    build's (else :data:`CHUNK_SIZE`), and one given must be the unfinished build's.
+    build's (else :data:`CHUNK_SIZE`), and one given must be the unfinished build's. ``options``: the backend's own
+    (``quantization_scale`` for ``pisa``), validated against its model; those that shape the index are recorded in
+    the manifest.
     """
     started = time.perf_counter()
     spec = BACKENDS.get(backend)
+    own = backend_options(spec, options)
     if chunk_size is not None and chunk_size < 1:
         raise ApcirError(f"chunk size must be positive, got {chunk_size}")
     _check_target(spec, out_dir)
@@ -194,7 +199,7 @@ def build_index(
                           dimension=lambda: int(getattr(get_encoder(), "dimension")))  # noqa: B009
 
     if (out / MANIFEST).exists():
-        status = index_status(out, path, backend, model, doc_max_length)
+        status = index_status(out, path, backend, model, doc_max_length, build_values(own))
         if status.up_to_date and not overwrite and spec.encoder is not None and requested != "auto":
             recorded = stored_dtype(status.manifest.dtype if status.manifest else None)
             if recorded != requested:
@@ -212,7 +217,7 @@ def build_index(
     out.mkdir(parents=True, exist_ok=True)
 
     if spec.encoder is None:
-        return _build_from_texts(spec, path, name, out, threads, started)
+        return _build_from_texts(spec, path, name, out, threads, started, own)
 
     info = _collection_info(out, name, path)
     if vectors_from is not None:  # the vectors keep the precision they were encoded in
@@ -253,7 +258,7 @@ def build_index(
             "Run the same command without --shard to merge.",
             encoded, time.perf_counter() - started,
         )
-    manifest, redone = _merge(out, path, plan, get_encoder(), spec, threads, started, target)
+    manifest, redone = _merge(out, path, plan, get_encoder(), spec, threads, started, target, own)
     return BuildResult("built", out, manifest, f"built {manifest.describe()} in {out}", encoded + redone,
                        manifest.build_seconds)
 
@@ -267,6 +272,7 @@ def build_from_vectors(
     threads: int = 2,
     overwrite: bool = False,
     chunk_size: int | None = None,
+    options: Options | Mapping[str, Any] | None = None,
 ) -> BuildResult:
     """Index a JsonVectorCollection (``{"id", "contents", "vector": {token: weight}}``) as it is: no encoding.
 
@@ -280,6 +286,7 @@ def build_from_vectors(
 
     started = time.perf_counter()
     spec = BACKENDS.get(backend)
+    own = backend_options(spec, options)
     if spec.encoder != "splade":
         what = "indexes texts" if spec.encoder is None else "indexes dense embeddings"
         raise ApcirError(f"{backend} {what}; --vectors builds a backend that searches sparse vectors "
@@ -289,7 +296,7 @@ def build_from_vectors(
     model = canonical_model_name(encoder) if encoder else None
     out, target = _target(spec, out_dir, overwrite=overwrite)
     if (out / MANIFEST).exists():
-        status = index_status(out, path, backend, model)
+        status = index_status(out, path, backend, model, options=build_values(own))
         if status.up_to_date and not overwrite and status.manifest is not None and status.manifest.source == "vectors":
             return BuildResult("up-to-date", out, status.manifest, f"{out} is up to date ({status.manifest.describe()})")
         if not overwrite:
@@ -316,7 +323,7 @@ def build_from_vectors(
     work.mkdir(parents=True, exist_ok=True)
     size = chunk_size or CHUNK_SIZE
     chunks = ((ids[i:i + size], matrix[i:i + size]) for i in range(0, len(ids), size))
-    facts = spec.call("build", out, chunks, vocabulary, threads=threads, work=work, **_at(target))
+    facts = spec.call_with("build", own, out, chunks, vocabulary, threads=threads, work=work, **_at(target))
     lengths = {k: getattr(vocabulary, k) for k in ("query_max_length", "response_max_length", "doc_max_length")
                if hasattr(vocabulary, k)}
     manifest = IndexManifest(
@@ -657,7 +664,7 @@ def check_unique(ids: Iterable[str]) -> int:
 
 
 def _merge(out: Path, path: Path, plan: BuildPlan, encoder: TextEncoder, spec: BackendSpec, threads: int,
-           started: float, target: str | None = None) -> tuple[IndexManifest, int]:
+           started: float, target: str | None = None, options: Options | None = None) -> tuple[IndexManifest, int]:
     """Index every saved chunk (a damaged one encoded again); the manifest, and how many passages were encoded
     again."""
     work = out / WORK
@@ -672,8 +679,8 @@ def _merge(out: Path, path: Path, plan: BuildPlan, encoder: TextEncoder, spec: B
         return chunk
 
     chunks = EncodedChunks(work, plan, redo)  # from disk at each pass: one chunk in memory
-
-    facts = spec.call("build", out, chunks, encoder, threads=threads, work=work, **_at(target))
+    own = backend_options(spec, options)
+    facts = spec.call_with("build", own, out, chunks, encoder, threads=threads, work=work, **_at(target))
     passages = check_unique(chunks.ids)  # every chunk was read (a damaged one made again): their ids are sound
     if not passages:
         raise ApcirError("the collection holds no passage (only blank lines?): nothing was indexed",
@@ -691,6 +698,7 @@ def _merge(out: Path, path: Path, plan: BuildPlan, encoder: TextEncoder, spec: B
         build_seconds=round(time.perf_counter() - started, 3),
         created=now_iso(),
         apcir_version=__version__,
+        options=build_values(own),
         **facts,
     )
     build_offsets(Path(plan.collection.path), out / OFFSETS)
@@ -699,8 +707,16 @@ def _merge(out: Path, path: Path, plan: BuildPlan, encoder: TextEncoder, spec: B
     return manifest, sum(redone)
 
 
+def check_buildable(spec: BackendSpec) -> None:
+    """One line for a backend whose index apcir does not build (``pyterrier``: its retriever's own)."""
+    if spec.build is None:
+        raise ApcirError(f"apcir builds no {spec.name} index: its retriever opens an index of its own (build that "
+                         "with its own tool, e.g. PyTerrier); give its folder as the index")
+
+
 def _check_target(spec: BackendSpec, out_dir: str | Path) -> None:
     """A database backend needs a location, a directory backend a directory."""
+    check_buildable(spec)
     if is_milvus(out_dir) != (spec.remote is not None):
         able = ", ".join(b.name for b in BACKENDS if b.remote is not None)
         if spec.remote is not None:
@@ -746,13 +762,14 @@ def _at(target: str | None) -> dict[str, str]:
 
 
 # ---- backends that index texts ------------------------------------------------------------------
-def _build_from_texts(spec: BackendSpec, path: Path, name: str, out: Path, threads: int, started: float) -> BuildResult:
+def _build_from_texts(spec: BackendSpec, path: Path, name: str, out: Path, threads: int, started: float,
+                      options: Options) -> BuildResult:
     work = out / WORK
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
     count_shard(path, 0, 1)  # validates every line and warns about empty texts
-    facts = spec.call("build", out, (p for _, p in iter_shard(path, 0, 1)), threads=threads, work=work)
+    facts = spec.call_with("build", options, out, (p for _, p in iter_shard(path, 0, 1)), threads=threads, work=work)
     if not facts.get("passages"):
         raise ApcirError("the collection holds no passage (only blank lines?): nothing was indexed", path=path)
     manifest = IndexManifest(
@@ -761,6 +778,7 @@ def _build_from_texts(spec: BackendSpec, path: Path, name: str, out: Path, threa
         build_seconds=round(time.perf_counter() - started, 3),
         created=now_iso(),
         apcir_version=__version__,
+        options=build_values(options),
         **facts,
     )
     build_offsets(path, out / OFFSETS)

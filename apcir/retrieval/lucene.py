@@ -8,12 +8,12 @@ a space.
 
 **SPLADE impact index.** Passage vectors from the apcir encoder are written as
 pyserini's ``JsonVectorCollection`` (``{"id", "contents", "vector": {token:
-weight}}``) with integer weights ``round(100 * w)`` (scale
-:data:`QUANTIZATION_SCALE`; weights that round to 0 are dropped) and indexed
+weight}}``) with integer weights ``round(100 * w)`` (``quantization_scale``, 100 by
+default: :data:`QUANTIZATION_SCALE`, recorded in the manifest; weights that round to 0 are dropped) and indexed
 with ``-impact -pretokenized``. Queries are encoded by the same encoder and
 quantised the same way; pyserini's ``LuceneImpactSearcher`` scores a passage
 as the sum over shared tokens of query weight x passage weight, which apcir
-divides by ``100**2`` so scores are on the embedded index's scale. With weights
+divides by ``scale**2`` so scores are on the embedded index's scale. With weights
 kept to 1/100, top-10 lists agree with the exact float search except where two
 passages' exact scores lie within the quantisation error of each other.
 
@@ -31,7 +31,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import scipy.sparse as sp
 
 from apcir.contract.records import Passage, Run
@@ -42,24 +41,20 @@ from apcir.retrieval.embedded import check_k
 from apcir.retrieval.encoder import SpladeEncoder
 from apcir.retrieval.java import JVM_OPTIONS, anserini_jar, java_home, lucene
 from apcir.retrieval.manifest import IndexManifest
+from apcir.retrieval.options import QUANTIZATION_SCALE, BM25Options, ImpactOptions
+from apcir.retrieval.vectors import quantize
 
-QUANTIZATION_SCALE = 100
+__all__ = ["QUANTIZATION_SCALE", "LuceneBM25", "LuceneDocuments", "LuceneSplade", "quantize"]
+
 LUCENE_DIR = "lucene"
-BM25_K1 = 0.9
-BM25_B = 0.4
+BM25_K1 = BM25Options.model_fields["bm25_k1"].default
+BM25_B = BM25Options.model_fields["bm25_b"].default
 
 
-def quantize(matrix: sp.csr_matrix, scale: int = QUANTIZATION_SCALE) -> sp.csr_matrix:
-    """Integer impacts ``round(scale * w)``; entries that round to zero are removed."""
-    out = sp.csr_matrix(matrix, dtype=np.float32, copy=True)
-    out.data = np.rint(out.data * scale)
-    out.eliminate_zeros()
-    return sp.csr_matrix(out, dtype=np.int32)
-
-
-def write_vector_collection(path: Path, ids: list[str], matrix: sp.csr_matrix, vocabulary: list[str]) -> None:
+def write_vector_collection(path: Path, ids: list[str], matrix: sp.csr_matrix, vocabulary: list[str],
+                            scale: int = QUANTIZATION_SCALE) -> None:
     """Write quantised passage vectors as a JsonVectorCollection JSONL file."""
-    impacts = quantize(matrix)
+    impacts = quantize(matrix, scale)
     with path.open("w", encoding="utf-8") as out:
         for row, pid in enumerate(ids):
             lo, hi = impacts.indptr[row], impacts.indptr[row + 1]
@@ -188,23 +183,25 @@ class LuceneSplade:
 # ---- the registry's build and open functions ------------------------------------------------------
 def write_impact_index(
     out: Path, chunks: Iterable[tuple[list[str], sp.csr_matrix]], encoder: SpladeEncoder, *, threads: int,
-    work: Path,
+    work: Path, options: ImpactOptions | None = None,
 ) -> dict[str, Any]:
     """``lucene-splade``'s ``build``: quantised vectors as a JsonVectorCollection, indexed by Anserini."""
+    scale = options.quantization_scale if options is not None else QUANTIZATION_SCALE
     vectors = work / "vectors"
     vectors.mkdir(parents=True, exist_ok=True)
     nonzeros = 0
     for number, (chunk_ids, matrix) in enumerate(chunks):
         nonzeros += int(matrix.nnz)
-        write_vector_collection(vectors / f"part-{number:06d}.jsonl", chunk_ids, matrix, encoder.vocabulary)
+        write_vector_collection(vectors / f"part-{number:06d}.jsonl", chunk_ids, matrix, encoder.vocabulary, scale)
     target = out / LUCENE_DIR
     if target.exists():
         shutil.rmtree(target)
     run_index_collection(vectors, target, "impact", threads, work / "lucene.log")
-    return {"nonzeros": nonzeros, "quantization_scale": QUANTIZATION_SCALE}
+    return {"nonzeros": nonzeros, "quantization_scale": scale}
 
 
-def build_bm25_index(out: Path, passages: Iterable[Passage], *, threads: int, work: Path) -> dict[str, Any]:
+def build_bm25_index(out: Path, passages: Iterable[Passage], *, threads: int, work: Path,
+                     options: BM25Options | None = None) -> dict[str, Any]:
     """``lucene-bm25``'s ``build``: the passage texts as a JsonCollection, indexed by Anserini with positions."""
     docs = work / "docs"
     docs.mkdir(parents=True, exist_ok=True)
@@ -217,21 +214,34 @@ def build_bm25_index(out: Path, passages: Iterable[Passage], *, threads: int, wo
     if target.exists():
         shutil.rmtree(target)
     run_index_collection(docs, target, "bm25", threads, work / "lucene.log")
-    return {"passages": count, "bm25_k1": BM25_K1, "bm25_b": BM25_B}
+    chosen = options or BM25Options()
+    return {"passages": count, "bm25_k1": chosen.bm25_k1, "bm25_b": chosen.bm25_b}
 
 
 def open_impact_index(folder: Path, manifest: IndexManifest | None, encoder: SpladeEncoder | None, *,
-                      threads: int) -> LuceneSplade:
+                      threads: int, options: ImpactOptions | None = None) -> LuceneSplade:
+    """``lucene-splade``'s ``open``: the scale its manifest records (a bare index's: ``quantization_scale``, 100 by
+    default); another scale given explicitly for an index apcir built is refused."""
     if encoder is None:
         raise ApcirError(
             "a Lucene impact index needs the query encoder it was built with (--encoder, e.g. naver/splade-v3)",
             path=folder,
         )
-    return LuceneSplade(folder, manifest, encoder, threads=threads)
+    given = options.quantization_scale if options is not None and options.model_fields_set else None
+    recorded = manifest.quantization_scale if manifest is not None else None
+    if given is not None and recorded is not None and given != recorded:
+        raise ApcirError(f"this lucene-splade index was built with quantization_scale {recorded}, not {given}: its "
+                         "queries are quantised as its passages were (leave quantization_scale out)", path=folder)
+    return LuceneSplade(folder, manifest, encoder, threads=threads, quantization_scale=given)
 
 
-def open_bm25_index(folder: Path, manifest: IndexManifest | None, encoder: object, *, threads: int) -> LuceneBM25:
-    return LuceneBM25(folder, manifest, threads=threads)
+def open_bm25_index(folder: Path, manifest: IndexManifest | None, encoder: object, *, threads: int,
+                    options: BM25Options | None = None) -> LuceneBM25:
+    """``lucene-bm25``'s ``open``: BM25 with ``bm25_k1`` and ``bm25_b`` where they are given, else the values the
+    manifest records, else the defaults (Lucene applies them when it searches: any index takes any values)."""
+    given = options.model_fields_set if options is not None else set()
+    return LuceneBM25(folder, manifest, k1=options.bm25_k1 if options and "bm25_k1" in given else None,
+                      b=options.bm25_b if options and "bm25_b" in given else None, threads=threads)
 
 
 

@@ -7,9 +7,10 @@ encoded the passages in, the collection (path, size, modification time, SHA-256)
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -75,6 +76,9 @@ class IndexManifest(BaseModel):
     """Where a database backend keeps the vectors (``milvus:PATH.db``, ``milvus://HOST:PORT/COLLECTION``; no token)."""
     bm25_k1: float | None = None
     bm25_b: float | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+    """The backend's own options that shaped the index (its options model's ``BUILD_KEYS``: ``pisa``'s
+    ``quantization_scale``); opening it takes these values."""
     build_seconds: float = 0.0
     created: str = ""
     apcir_version: str = ""
@@ -95,6 +99,19 @@ class IndexManifest(BaseModel):
 def is_foreign_lucene(folder: Path) -> bool:
     """A Lucene index directory without an apcir manifest (e.g. one the iKAT organisers distribute)."""
     return folder.is_dir() and not (folder / MANIFEST).exists() and any(folder.glob("segments_*"))
+
+
+def foreign_pyterrier(folder: Path) -> str | None:
+    """The kind of a PyTerrier index apcir did not build in ``folder`` (no manifest): ``Terrier`` (its
+    ``data.properties``: the iKAT organisers' DeepCT and SPLADE++ indexes are such) or ``PISA`` (pyterrier-pisa's
+    ``pt_meta.json``), else None."""
+    if not folder.is_dir() or (folder / MANIFEST).exists():
+        return None
+    if (folder / "data.properties").is_file():
+        return "Terrier"
+    if (folder / "pt_meta.json").is_file():
+        return "PISA"
+    return None
 
 
 def now_iso() -> str:
@@ -136,12 +153,14 @@ def index_status(
     backend: str = "embedded",
     model: str | None = None,
     doc_max_length: int = 256,
+    options: Mapping[str, Any] | None = None,
 ) -> IndexStatus:
     """Is the index at ``index_dir`` complete and built from this collection with this model?
 
     ``collection`` is a bundled name or a JSONL path; ``model`` a SPLADE model
     name (ignored for ``lucene-bm25``). The collection's bytes are compared
-    (size, then modification time, then SHA-256), so a moved copy still matches.
+    (size, then modification time, then SHA-256), so a moved copy still matches. ``options``: the backend's
+    options that shape an index (``quantization_scale``), compared with those the manifest records.
     """
     from apcir.datasets.registry import collection_path
     from apcir.retrieval.encoder import canonical_model_name
@@ -166,6 +185,10 @@ def index_status(
             return IndexStatus(
                 False, f"index cut passages at {manifest.doc_max_length} tokens, not {doc_max_length}", manifest
             )
+    for key, value in (options or {}).items():
+        recorded = manifest.options.get(key)
+        if recorded is not None and recorded != value:
+            return IndexStatus(False, f"index was built with {key} {recorded}, not {value}", manifest)
     return IndexStatus(True, "up to date", manifest)
 
 

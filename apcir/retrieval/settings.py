@@ -1,23 +1,33 @@
-"""The retrieval stage's settings: the ``[retrieval]`` config section."""
+"""The retrieval stage's settings: the ``[retrieval]`` config section.
+
+The keys every backend shares are fields here; the chosen backend's own keys (its spec's options model:
+``pisa``'s ``query_algorithm``, ``pyterrier``'s ``retriever``, ``lucene-bm25``'s ``bm25_k1``) are given beside them
+and kept in ``options`` (:class:`apcir.options.EntrySettings`).
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
-from apcir.registry import InRegistry
+from apcir.options import EntrySettings
+from apcir.registry import InRegistry, Registry
+from apcir.retrieval.options import BackendOptions
 from apcir.retrieval.precision import DTYPE_HELP, Dtype
-from apcir.retrieval.registry import BACKENDS
+from apcir.retrieval.registry import BACKENDS, EncoderKind
 
 
-class RetrievalSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class RetrievalSettings(EntrySettings):
+    ENTRY_KEY: ClassVar[str] = "backend"
+    ENTRY_REGISTRY: ClassVar[Registry[Any]] = BACKENDS
 
     backend: Annotated[str, InRegistry(BACKENDS)] = Field("embedded", description=f"one of: {BACKENDS.help()}")
     index: str = Field(
         "indexes/ikat23-provenance-splade-tiny",
-        description="index directory; built from `collection` when missing (backends with an encoder)",
+        description="index directory; built from `collection` when missing (backends with an encoder); pyterrier: "
+        "the retriever's own index folder, given to the retriever function",
     )
     collection: str | None = Field("ikat23-provenance", description="collection to build the index from if missing")
     encoder: str = Field("splade-tiny", description="the model that encodes passages and queries (not used by BM25)")
@@ -40,8 +50,18 @@ class RetrievalSettings(BaseModel):
         return check_encoder(value)
 
     @property
+    def encoder_kind(self) -> EncoderKind | None:
+        """What encodes the queries (and, for an index apcir builds, the passages); None: the backend needs none."""
+        return BACKENDS.get(self.backend).encoder_kind(self.options)
+
+    @property
     def uses_encoder(self) -> bool:
-        return BACKENDS.get(self.backend).encoder is not None
+        return self.encoder_kind is not None
+
+    @property
+    def option_files(self) -> list[Path]:
+        """Files the backend's options name (a retriever's Python file): their content stands for them."""
+        return self.options.files() if isinstance(self.options, BackendOptions) else []
 
     @property
     def passages_source(self) -> str | None:

@@ -18,9 +18,10 @@ whole ``batch x vocabulary`` result back to the host. :class:`SpladeHead` instea
 
 :class:`Tokeniser` is the worker: a thread that reads the chunks of texts, tokenises each chunk at once
 (a fast tokenizer works on all cores and releases the GIL), sorts it by length (longest first, so a batch too
-large for the device fails at once) and pads it into batches of similar length, up to a bounded number of
-batches ahead of the model. A chunk is the unit the vectors come back in; an index build hands over a
-chunk of ``--chunk-size`` passages (10,000) at a time, so batches are length-sorted over that chunk.
+large for the device fails at once) and pads it into batches of one padded width (:data:`PAD_TO`: each text's
+own length rounded up, so its vector does not depend on its batch), up to a bounded number of batches ahead of
+the model. A chunk is the unit the vectors come back in; an index build hands over a chunk of ``--chunk-size``
+passages (10,000) at a time, so batches are length-sorted over that chunk.
 
 The split into transformer and head is known for BERT, RoBERTa (XLM-R, CamemBERT) and DistilBERT masked
 language models, and is checked at load on a probe input against the model's own logits; any other model is
@@ -51,6 +52,12 @@ VOCAB_BLOCK = 128
 a few MB for a batch of 32 passages: they stay in the cache while masked and reduced)."""
 AHEAD_PASSAGES = 8192
 """How far tokenisation may run ahead of the model, in passages (whole batches)."""
+PAD_TO = 16
+"""Every text is padded to its length rounded up to a multiple of this many tokens (at most the length budget),
+and a batch holds texts of one padded width only: a text's vector then depends on the text alone, not on which
+others share its batch (a padded width changes the order of the model's float32 sums in the last bits; the batch
+size and a row's place in it do not), so an index built in shards, or a query encoded among others, gives the
+same bits as one built in one go, or encoded alone."""
 
 
 @dataclass(frozen=True)
@@ -145,14 +152,19 @@ class Tokeniser:
             self._put(_Failed(exc))
 
     def batches(self, chunk: int, encoded: list[list[int]]) -> Iterator[Batch]:
-        """The padded batches of one chunk's token ids, longest texts first."""
+        """The padded batches of one chunk's token ids, longest texts first, each of one padded width
+        (:func:`padded_width`)."""
         import torch
 
         lengths = np.fromiter((len(ids) for ids in encoded), dtype=np.int64, count=len(encoded))
         order = np.argsort(-lengths, kind="stable")
-        for start in range(0, len(order), self._batch_size):
-            rows = order[start : start + self._batch_size]
-            width = int(lengths[rows[0]])
+        widths = padded_width(lengths[order], self._max_length)
+        start = 0
+        while start < len(order):
+            width = int(widths[start])
+            end = min(start + self._batch_size, int(np.searchsorted(-widths, -width, side="right")))
+            rows = order[start:end]
+            start = end
             ids = np.full((len(rows), width), self._pad, dtype=np.int64)
             mask = np.zeros((len(rows), width), dtype=np.int64)
             for i, row in enumerate(rows):
@@ -370,6 +382,13 @@ class SpladeHead:
             shape=(size, self.vocab_size), dtype=np.float32)
         matrix.sort_indices()
         return matrix
+
+
+def padded_width(lengths: np.ndarray, max_length: int) -> np.ndarray:
+    """The width each text is padded to: its length rounded up to a multiple of :data:`PAD_TO`, at most
+    ``max_length`` (the length budget, which no text exceeds), and at least 1."""
+    rounded = -(-lengths // PAD_TO) * PAD_TO
+    return np.maximum(np.minimum(rounded, max(max_length, 1)), np.maximum(lengths, 1))
 
 
 def torch_maximum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

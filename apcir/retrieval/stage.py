@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -31,15 +32,24 @@ def ensure_index(settings: RetrievalSettings, *, progress: bool = True) -> tuple
     """The index directory of ``settings``, built from ``collection`` if missing; and what was done.
 
     A Lucene index apcir did not build (the organisers') is used as it is and
-    never built into; without a collection the index must exist.
+    never built into; without a collection the index must exist. A backend whose index apcir does not build
+    (``pyterrier``: its retriever's own) takes the folder as it is, which must exist.
     """
     from apcir.retrieval.build import build_index
+    from apcir.retrieval.registry import BACKENDS
+
+    if BACKENDS.get(settings.backend).build is None:
+        folder = Path(settings.index).expanduser()
+        if not folder.exists():
+            raise ApcirError(f"index not found: the {settings.backend} backend's retriever opens an index of its "
+                             "own, which apcir does not build (build it first, e.g. with PyTerrier)", path=folder)
+        return folder, f"{folder}: the {settings.backend} retriever's own index, used as it is"
 
     if is_milvus(settings.index):
         if settings.collection is None:
             return locate(settings.index), f"{settings.index} (no collection configured: used as it is)"
         result = build_index(settings.collection, settings.backend, settings.index, settings.encoder,
-                             progress=progress, dtype=settings.dtype)
+                             progress=progress, dtype=settings.dtype, options=settings.options)
         return result.out_dir, result.message
     index_dir = Path(settings.index).expanduser()
     if is_foreign_lucene(index_dir):
@@ -49,7 +59,7 @@ def ensure_index(settings: RetrievalSettings, *, progress: bool = True) -> tuple
             raise ApcirError("index directory not found and no collection configured to build it", path=index_dir)
         return index_dir, f"{index_dir} (no collection configured: used as it is)"
     result = build_index(settings.collection, settings.backend, index_dir, settings.encoder, progress=progress,
-                         dtype=settings.dtype)
+                         dtype=settings.dtype, options=settings.options)
     return index_dir, result.message
 
 
@@ -58,7 +68,7 @@ def open_backend(settings: RetrievalSettings, index_dir: Path) -> Backend:
     configured location, which may be another address than the one it was built through)."""
     where: str | Path = settings.index if is_milvus(settings.index) else index_dir
     return open_index(where, settings.encoder if settings.uses_encoder else None, backend=settings.backend,
-                      batch_size=settings.batch_size, dtype=settings.dtype)
+                      batch_size=settings.batch_size, dtype=settings.dtype, options=settings.options)
 
 
 def resolved_dtype(settings: RetrievalSettings) -> str | None:
@@ -268,14 +278,19 @@ class RetrieveStage(Stage):
     records: dict[str, ReformulationRecord] = not_an_input()
     dtype: str | None = None
     """The query encoder's precision, resolved on this machine (None: no encoder)."""
+    options: dict[str, Any] = dataclass_field(default_factory=dict)
+    """The backend's own options (a PyTerrier retriever's reference, PISA's query algorithm, ...)."""
+    option_files: list[Path] = dataclass_field(default_factory=list)
+    """Files the options name (a retriever's Python file), standing for their content."""
 
     @classmethod
     def of(cls, label: str, settings: RetrievalSettings, index: Path, reformulations: Path,
            records: dict[str, ReformulationRecord], fields: dict[str, str], outs: dict[str, Path],
            experiment: str) -> RetrieveStage:
+        own = settings.options.model_dump(mode="json") if settings.options is not None else {}
         return cls(label, reformulations, index, settings.k, settings.backend,
                    settings.encoder if settings.uses_encoder else None, fields, experiment, outs, records,
-                   resolved_dtype(settings))
+                   resolved_dtype(settings), own, settings.option_files)
 
     @property
     def name(self) -> str:

@@ -34,6 +34,7 @@ import scipy.sparse as sp
 from apcir.errors import ApcirError
 from apcir.ids import check_run_id
 from apcir.io import atomic_write, iter_lines, json_loads, parse_json_line, write_text
+from apcir.retrieval.options import QUANTIZATION_SCALE
 
 
 @dataclass
@@ -243,6 +244,15 @@ def write_vectors(
             text = contents[row] if contents is not None else ""
             out.write(json.dumps({"id": pid, "contents": text, "vector": vector}, ensure_ascii=False) + "\n")
     return len(ids)
+
+
+def quantize(matrix: sp.csr_matrix, scale: int = QUANTIZATION_SCALE) -> sp.csr_matrix:
+    """Integer impacts ``round(scale * w)`` (int32); entries that round to zero are removed. How the impact indexes
+    (``lucene-splade``, ``pisa``) store passage weights and weigh query terms."""
+    out = sp.csr_matrix(matrix, dtype=np.float32, copy=True)
+    out.data = np.rint(out.data * scale)
+    out.eliminate_zeros()
+    return sp.csr_matrix(out, dtype=np.int32)
 
 
 VOCABULARY_FILE = "vocab.txt"

@@ -78,6 +78,34 @@ def test_queries_equal_todays_encoder(tiny):
     assert_same_vectors(ours, today)
 
 
+def test_a_text_s_vector_does_not_depend_on_the_texts_batched_with_it(tiny):
+    """Each text is padded to its own width (its length rounded up to PAD_TO tokens) and batched only with texts of
+    that width, so its vector is the same bits alone, among others, in any chunk: a sharded index build equals a
+    one-go build byte for byte, and a query encoded alone equals the same query in a batch."""
+    from apcir.retrieval.splade_head import PAD_TO
+
+    texts = demo_texts(40)
+    together = tiny.encode_documents(texts, progress=False)
+    for i in (0, 7, 23, 39):
+        alone = tiny.encode_documents([texts[i]], progress=False)
+        np.testing.assert_array_equal(alone.indices, together[i].indices)
+        np.testing.assert_array_equal(alone.data, together[i].data)
+    chunked = sp.vstack(list(tiny.encode_chunks([texts[:9], texts[9:10], texts[10:]])), format="csr")
+    np.testing.assert_array_equal(chunked.indptr, together.indptr)
+    np.testing.assert_array_equal(chunked.indices, together.indices)
+    np.testing.assert_array_equal(chunked.data, together.data)
+    queries = ["hiking boots", "what is the best diet for someone with diabetes and high blood pressure?"]
+    both = tiny.encode_queries(queries, progress=False)
+    for i, query in enumerate(queries):
+        np.testing.assert_array_equal(tiny.encode_queries([query], progress=False).data, both[i].data)
+    with Tokeniser([texts], tiny.tokenizer, tiny.doc_max_length + 2, 8) as worker:
+        batches = [b for b in worker if isinstance(b, Batch)]
+    for batch in batches:  # one padded width a batch: each row's own length rounded up
+        width = batch.input_ids.shape[1]
+        lengths = batch.attention_mask.sum(dim=1).tolist()
+        assert all(-(-n // PAD_TO) * PAD_TO == width or width == tiny.doc_max_length + 2 for n in lengths)
+
+
 def test_head_slices_of_any_width_give_the_same_vectors(tiny):
     texts = demo_texts(12)
     whole = tiny.encode_documents(texts, progress=False)
