@@ -698,9 +698,9 @@ def nugget_recall(responses: PathLike | Sequence[PathLike], nuggets: PathLike, t
     (``ikat25-test``) or file; ``settings`` the matcher's (``tau``, ``encoder``, ``model``, ``batched``,
     ``learned_model``). The default matcher is apcir's (``DEFAULT_MATCHER``: the one that agreed best with people)."""
     from apcir import datasets
-    from apcir.evaluation.nugget_matchers import MatcherSettings
-    from apcir.evaluation.nugget_scores import score_runs
-    from apcir.evaluation.nuggets import load_nuggets, load_response_runs
+    from apcir.evaluation.nuggets.gold import load_nuggets, load_response_runs
+    from apcir.evaluation.nuggets.matchers import MatcherSettings
+    from apcir.evaluation.nuggets.scores import score_runs
 
     sources = [responses] if isinstance(responses, (str, Path)) else list(responses)
     gold = load_nuggets(nuggets, {t.turn_id for t in datasets.topics(topics)})
