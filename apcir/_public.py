@@ -1,5 +1,6 @@
-"""The names of apcir's public Python API: defined in :mod:`apcir.api`, re-exported (loaded on first use) by
-``apcir`` itself. Written here once, so that ``import apcir`` need not import the API to know them."""
+"""The names of apcir's public Python API: defined in the modules of :mod:`apcir.api`, re-exported by it and
+(loaded on first use) by ``apcir`` itself. Written here once, so that ``import apcir`` need not import the API to
+know them."""
 
 PUBLIC = (
     "Experiment",

@@ -1,7 +1,7 @@
 """Nugget matchers against people, on the iKAT 2024 human study as published (irlabamsterdam/CONE-RAG, which has
 no licence file: apcir bundles none of it; give the path of your copy's ``resources`` folder).
 
-1. ``--aliases``: the evidence for the alias table (apcir.evaluation.nugget_labels.CONE_RAG_ALIASES). For each of
+1. ``--aliases``: the evidence for the alias table (apcir.evaluation.nuggets.labels.CONE_RAG_ALIASES). For each of
    the labels file's run aliases and each of the 19 runs, the log-likelihood of the alias's labels when the
    worker read that run's responses, under a logistic label-vs-signal curve fitted on the *other* aliases'
    labels (each with its best run); once with lexical overlap, once with embedding similarity, and once with
@@ -40,9 +40,9 @@ def main() -> None:
 
     from rich.console import Console
 
-    from apcir.evaluation.nugget_features import FEATURES, pair_features
-    from apcir.evaluation.nugget_labels import load_labels
-    from apcir.evaluation.nuggets import load_nuggets, load_response_runs
+    from apcir.evaluation.nuggets.features import FEATURES, pair_features
+    from apcir.evaluation.nuggets.gold import load_nuggets, load_response_runs
+    from apcir.evaluation.nuggets.labels import load_labels
 
     console = Console()
     human_dir, runs_dir = args.resources / "human_resources", args.resources / "participant_resources"
@@ -74,8 +74,8 @@ def main() -> None:
 def _agreement_table(console, gold, runs, human, args) -> None:  # type: ignore[no-untyped-def]
     from rich.table import Table
 
-    from apcir.evaluation.nugget_agreement import agreement
-    from apcir.evaluation.nugget_matchers import MatcherSettings
+    from apcir.evaluation.nuggets.agreement import agreement
+    from apcir.evaluation.nuggets.matchers import MatcherSettings
 
     table = Table(title=f"matchers against {len(human.rows)} human labels (5-fold CV over turns, out-of-fold; "
                         f"κ spread over {args.splits} splits)")
@@ -103,12 +103,12 @@ def _leaderboards(console, gold, dedup, runs, human, index, args) -> None:  # ty
     from rich.table import Table
     from scipy.stats import kendalltau
 
-    from apcir.evaluation import nugget_cv
-    from apcir.evaluation.nugget_features import FEATURES, pair_features
-    from apcir.evaluation.nugget_learned import choose_settings, fit_logistic, nested_cv
-    from apcir.evaluation.nugget_registry import MATCHERS
-    from apcir.evaluation.nugget_scores import run_scores
-    from apcir.evaluation.nuggets import NuggetSet
+    from apcir.evaluation.nuggets import cv
+    from apcir.evaluation.nuggets.features import FEATURES, pair_features
+    from apcir.evaluation.nuggets.gold import NuggetSet
+    from apcir.evaluation.nuggets.learned import choose_settings, fit_logistic, nested_cv
+    from apcir.evaluation.nuggets.registry import MATCHERS
+    from apcir.evaluation.nuggets.scores import run_scores
 
     names = sorted(runs)
     overlap, cosine = FEATURES.index("overlap"), FEATURES.index("cosine")
@@ -120,10 +120,10 @@ def _leaderboards(console, gold, dedup, runs, human, index, args) -> None:  # ty
     turns = [lab[0] for lab in kept]
     taus: dict[str, list[float]] = {"lexical": [], "embedding": []}
     for split in range(args.splits):
-        fold = nugget_cv.row_folds(turns, 5, split)
+        fold = cv.row_folds(turns, 5, split)
         for matcher, column in (("lexical", overlap), ("embedding", cosine)):
             for j in range(5):
-                taus[matcher].append(nugget_cv.best_tau(labelled[fold != j, column], truth[fold != j]))
+                taus[matcher].append(cv.best_tau(labelled[fold != j, column], truth[fold != j]))
     for matcher, values in taus.items():
         console.print(f"τ chosen on the training folds, {matcher}: median {np.median(values):.3f} (range "
                       f"{min(values):.3f} to {max(values):.3f}, {len(values)} folds); default in apcir: "
@@ -132,7 +132,7 @@ def _leaderboards(console, gold, dedup, runs, human, index, args) -> None:  # ty
     # 3. leaderboards
     labelled_turns = sorted(set(turns))
     response_turns = sorted({t for r in runs.values() for t in r})
-    fold_of = dict(zip(turns, nugget_cv.row_folds(turns, 5, 0)))
+    fold_of = dict(zip(turns, cv.row_folds(turns, 5, 0)))
     models = {}
     for j in range(5):
         train = np.array([fold_of[t] != j for t in turns])

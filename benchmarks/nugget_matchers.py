@@ -26,9 +26,9 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from apcir.evaluation.nugget_matchers import MatcherSettings
-    from apcir.evaluation.nugget_scores import match, score_runs
-    from apcir.evaluation.nuggets import NuggetSet, load_nuggets, load_response_runs
+    from apcir.evaluation.nuggets.gold import NuggetSet, load_nuggets, load_response_runs
+    from apcir.evaluation.nuggets.matchers import MatcherSettings
+    from apcir.evaluation.nuggets.scores import match, score_runs
 
     console = Console()
     nuggets = load_nuggets("ikat25-test")

@@ -23,8 +23,8 @@ from apcir.cli.common import (
 )
 from apcir.contract.runs import read_run_file
 from apcir.errors import ApcirError
-from apcir.evaluation.nugget_matchers import MatcherSettings
-from apcir.evaluation.nugget_registry import DEFAULT_MATCHER, MATCHERS
+from apcir.evaluation.nuggets.matchers import MatcherSettings
+from apcir.evaluation.nuggets.registry import DEFAULT_MATCHER, MATCHERS
 from apcir.evaluation.responses import (
     MEASURES,
     JudgeInfo,
@@ -216,7 +216,7 @@ def evaluate_responses_command(
 ) -> None:
     """Evaluate responses: ROUGE-L, citation precision and an LLM judge, of one run or several side by side; with
     --nuggets, nugget recall of one or many runs (a leaderboard)."""
-    from apcir.evaluation.nuggets import load_response_records, run_name_and_path
+    from apcir.evaluation.nuggets.gold import load_response_records, run_name_and_path
 
     given = llm or {}
     if out is not None:
@@ -306,8 +306,8 @@ def _nugget_leaderboard(responses: list[str], topics: str, nuggets: str, matcher
                         encoder: str, model: str | None, per_nugget: bool, baseline: str | None,
                         compare_matcher: str | None, levels: Path | None, out: Path | None, as_json: bool,
                         given: dict[str, Any], learned_model: Path | None = None) -> None:
-    from apcir.evaluation.nugget_scores import score_runs
-    from apcir.evaluation.nuggets import load_nuggets, load_response_runs
+    from apcir.evaluation.nuggets.gold import load_nuggets, load_response_runs
+    from apcir.evaluation.nuggets.scores import score_runs
     from apcir.retrieval.settings import check_encoder
 
     for option, name in (("--matcher", matcher), ("--compare-matcher", compare_matcher)):

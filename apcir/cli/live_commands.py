@@ -241,7 +241,7 @@ def live_report_command(
     """What the simulated user thought of each answer: per run and topic, the rubrics reached and covered, the
     tries per rubric and the user's 0-5 scores (docs/guide/converse.md, Reading the user's verdicts)."""
     from apcir.cli.common import settings
-    from apcir.evaluation.nuggets import run_name_and_path
+    from apcir.evaluation.nuggets.gold import run_name_and_path
     from apcir.live.verdicts import RunReport, compare, load_rubrics, read_verdicts, report
     from apcir.metrics import SignificanceSettings
 

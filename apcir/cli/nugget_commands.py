@@ -12,7 +12,7 @@ from rich.table import Table
 from apcir.cli.common import console, llm_options, print_json
 from apcir.cli.eval_commands import matcher_settings
 from apcir.errors import ApcirError
-from apcir.evaluation.nugget_registry import MATCHERS
+from apcir.evaluation.nuggets.registry import MATCHERS
 from apcir.io import check_writable, refuse_inputs_as_outputs, write_text
 
 nuggets_app = typer.Typer(help="Gold nuggets: list them, and check a matcher against human labels.",
@@ -26,7 +26,7 @@ def show_command(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Count a nugget set's nuggets per turn, or list one turn's."""
-    from apcir.evaluation.nuggets import load_nuggets
+    from apcir.evaluation.nuggets.gold import load_nuggets
     from apcir.ids import canonical_turn_id
 
     gold = load_nuggets(nuggets)
@@ -89,9 +89,9 @@ def agreement_command(
     """Matchers' covered/not-covered decisions against human labels, in one table: Cohen's κ, accuracy, precision
     and recall of "covered", with bootstrap 95% intervals over turns and the spread of κ over random fold splits;
     every figure out-of-fold."""
-    from apcir.evaluation.nugget_agreement import agreement
-    from apcir.evaluation.nugget_labels import load_labels, parse_aliases
-    from apcir.evaluation.nuggets import load_nuggets, load_response_runs
+    from apcir.evaluation.nuggets.agreement import agreement
+    from apcir.evaluation.nuggets.gold import load_nuggets, load_response_runs
+    from apcir.evaluation.nuggets.labels import load_labels, parse_aliases
 
     chosen = list(matchers or [m.name for m in MATCHERS if not m.asks_llm or matcher_model])
     for name in chosen:
@@ -178,10 +178,10 @@ def train_command(
     in the file. Use it with --matcher learned --learned-model FILE."""
     import numpy as np
 
-    from apcir.evaluation.nugget_features import pair_features
-    from apcir.evaluation.nugget_labels import load_labels, parse_aliases
-    from apcir.evaluation.nugget_learned import save_model, train_model
-    from apcir.evaluation.nuggets import load_nuggets, load_response_runs
+    from apcir.evaluation.nuggets.features import pair_features
+    from apcir.evaluation.nuggets.gold import load_nuggets, load_response_runs
+    from apcir.evaluation.nuggets.labels import load_labels, parse_aliases
+    from apcir.evaluation.nuggets.learned import save_model, train_model
 
     check_writable(out, "learned model")
     refuse_inputs_as_outputs([out], [labels, nuggets, *responses])
@@ -207,7 +207,7 @@ def train_command(
     if as_json:
         print_json(model.model_dump(mode="json"))
         return
-    from apcir.evaluation.nugget_learned import nested_problem
+    from apcir.evaluation.nuggets.learned import nested_problem
 
     nested = (f"nested cross-validation κ = {model.nested_kappa:.3f}" if model.nested_kappa is not None else
               f"nested cross-validation κ not measured ({nested_problem([t for t, *_ in kept], folds, seed)})")

@@ -87,14 +87,16 @@ def _source_digest(module: str) -> str:
 
 @lru_cache(maxsize=None)
 def _package_modules(module: str) -> tuple[str, ...]:
-    """Every module of the package ``module`` belongs to (its siblings): a stage's output depends on all of them."""
+    """Every module of the package ``module`` belongs to (its siblings, and the modules of its sub-packages, as
+    ``apcir.evaluation.nuggets``): a stage's output depends on all of them."""
     package = module.rpartition(".")[0]
     spec = importlib.util.find_spec(package) if package else None
     if spec is None or not spec.submodule_search_locations:
         return (module,)
     found = {module}
     for location in spec.submodule_search_locations:
-        found.update(f"{package}.{path.stem}" for path in Path(location).glob("*.py") if path.stem != "__init__")
+        found.update(".".join((package, *path.relative_to(location).with_suffix("").parts))
+                     for path in Path(location).rglob("*.py") if path.stem != "__init__")
     return tuple(sorted(found))
 
 

@@ -51,7 +51,7 @@ def _nuggets(metrics: Any, turn: str) -> list[list[Any]]:
     info = metrics.responses.nuggets if metrics is not None and metrics.responses is not None else None
     if info is None or turn not in info.total:
         return []
-    from apcir.evaluation.nuggets import load_nuggets
+    from apcir.evaluation.nuggets.gold import load_nuggets
 
     gold = _nugget_sets.get(info.nuggets)
     if gold is None:

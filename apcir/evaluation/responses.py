@@ -29,8 +29,8 @@ from apcir.contract.records import Qrels, Turn
 from apcir.contract.responses import ResponseRecord, cited_numbers, strip_citations
 from apcir.errors import ApcirError
 from apcir.evaluation.judge import judge_all
-from apcir.evaluation.nugget_matchers import MatcherSettings
-from apcir.evaluation.nuggets import NuggetSet
+from apcir.evaluation.nuggets.gold import NuggetSet
+from apcir.evaluation.nuggets.matchers import MatcherSettings
 from apcir.ids import natural_key
 from apcir.llm.settings import LLMSettings
 from apcir.metrics import Comparison, SignificanceSettings, check_judged, compare_with
@@ -110,7 +110,7 @@ def evaluate_responses(
 
     ``references``: each turn's canonical response, when not the topics' own (``datasets.reference_responses``
     gives the NIST gold responses of ``ikat25-test``). ``nuggets``: score each response's nugget recall with
-    ``matcher`` (:mod:`apcir.evaluation.nugget_scores`), over the turns that have nuggets. ``run_name``: the run's
+    ``matcher`` (:mod:`apcir.evaluation.nuggets.scores`), over the turns that have nuggets. ``run_name``: the run's
     name, for the warnings, when several runs are evaluated."""
     if references is not None:
         turns = [t.model_copy(update={"response": references.get(t.turn_id, t.response)}) for t in turns]
@@ -186,7 +186,7 @@ def evaluate_responses(
                          f"{first}: {run.unjudged[first][:200]}")
     nugget_info = None
     if nuggets is not None:
-        from apcir.evaluation.nugget_scores import match, run_scores
+        from apcir.evaluation.nuggets.scores import match, run_scores
 
         texts = {t.turn_id: strip_citations(responses[t.turn_id].text) for t in ok if t.turn_id in nuggets.by_turn}
         if not texts:

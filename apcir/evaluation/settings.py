@@ -47,7 +47,7 @@ class EvaluationSettings(BaseModel):
     @field_validator("nugget_matcher")
     @classmethod
     def _offline_matcher(cls, value: str) -> str:
-        from apcir.evaluation.nugget_registry import MATCHERS
+        from apcir.evaluation.nuggets.registry import MATCHERS
 
         MATCHERS.validate(value)  # an unknown name: the closest matchers
         if not MATCHERS.get(value).in_runs:

@@ -215,8 +215,8 @@ class EvaluateStage(Stage):
 
     def _nuggets(self) -> dict[str, Any]:
         """The nugget arguments of the response evaluation (none without ``evaluation.nuggets``)."""
-        from apcir.evaluation.nugget_matchers import MatcherSettings
-        from apcir.evaluation.nuggets import load_nuggets
+        from apcir.evaluation.nuggets.gold import load_nuggets
+        from apcir.evaluation.nuggets.matchers import MatcherSettings
 
         settings = self.evaluation
         if settings.nuggets is None:

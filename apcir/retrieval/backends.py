@@ -58,7 +58,7 @@ def locate(index: str | Path) -> Path:
     """The local folder of an index (a directory, or a Milvus location's companion folder, restored from the
     collection's manifest when this machine has none)."""
     if is_milvus(index):
-        from apcir.retrieval.milvus_collection import locate as locate_collection
+        from apcir.retrieval.milvus.collection import locate as locate_collection
 
         return locate_collection(parse_milvus(index))  # only a complete build; one line otherwise
     return Path(index).expanduser()

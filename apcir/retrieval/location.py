@@ -21,7 +21,7 @@ was reached through: ``$APCIR_CACHE_DIR/../milvus/COLLECTION-ID/`` (default
 same collection reached through another address or port finds the same
 folder. The manifest is also stored in the collection itself, so another
 machine pointed at the same cluster restores the folder from it
-(:mod:`apcir.retrieval.milvus_collection`).
+(:mod:`apcir.retrieval.milvus.collection`).
 """
 
 from __future__ import annotations

@@ -211,13 +211,13 @@ BACKENDS.add(BackendSpec(
 BACKENDS.add(BackendSpec(
     "milvus", "SPLADE in Milvus (SPARSE_INVERTED_INDEX, exact): embedded Milvus Lite (index = milvus:PATH.db) or "
     "a server or cluster (milvus://HOST:PORT/COLLECTION)",
-    "splade", build="apcir.retrieval.milvus:write_sparse", open="apcir.retrieval.milvus:open_sparse",
+    "splade", build="apcir.retrieval.milvus.index:write_sparse", open="apcir.retrieval.milvus.index:open_sparse",
     needs="pymilvus, and milvus-lite for a local .db (the milvus extra); a server: Milvus 2.4 or later",
-    remote="apcir.retrieval.milvus_collection"))
+    remote="apcir.retrieval.milvus.collection"))
 BACKENDS.add(BackendSpec(
     "milvus-dense", "bi-encoder embeddings in Milvus (FLAT index, exact inner product), Lite or a cluster as `milvus`",
-    "dense", build="apcir.retrieval.milvus:write_dense", open="apcir.retrieval.milvus:open_dense",
-    needs="pymilvus (+ milvus-lite); a server: Milvus 2.3 or later", remote="apcir.retrieval.milvus_collection"))
+    "dense", build="apcir.retrieval.milvus.index:write_dense", open="apcir.retrieval.milvus.index:open_dense",
+    needs="pymilvus (+ milvus-lite); a server: Milvus 2.3 or later", remote="apcir.retrieval.milvus.collection"))
 
 
 BACKENDS.add(BackendSpec(

@@ -146,7 +146,7 @@ def test_responses_for_other_topics_are_a_clear_error(run_cli, tmp_path):
 def test_two_runs_of_apcir_are_named_after_their_directories_or_as_given(run_cli, tmp_path):
     """Issue 37: `evaluate-responses a/responses.jsonl b/responses.jsonl` failed ("two responses files hold a run
     named 'responses'"); now each is its directory's name, or NAME=PATH's."""
-    from apcir.evaluation.nuggets import load_response_runs
+    from apcir.evaluation.nuggets.gold import load_response_runs
 
     turns = datasets.topics("ikat25-test")[:3]
     for folder in ("a", "b"):

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from apcir.errors import ApcirError
-from apcir.evaluation import nugget_cv
-from apcir.evaluation.nugget_agreement import agreement
-from apcir.evaluation.nugget_cv import best_tau, cohen_kappa, kappa_of
-from apcir.evaluation.nugget_labels import CONE_RAG_ALIASES, load_labels, parse_aliases
-from apcir.evaluation.nugget_learned import fit_logistic, load_model, nested_cv
-from apcir.evaluation.nugget_registry import DEFAULT_MATCHER, MATCHERS, TRAINED
-from apcir.evaluation.nuggets import load_nuggets, load_response_runs
+from apcir.evaluation.nuggets import cv
+from apcir.evaluation.nuggets.agreement import agreement
+from apcir.evaluation.nuggets.cv import best_tau, cohen_kappa, kappa_of
+from apcir.evaluation.nuggets.gold import load_nuggets, load_response_runs
+from apcir.evaluation.nuggets.labels import CONE_RAG_ALIASES, load_labels, parse_aliases
+from apcir.evaluation.nuggets.learned import fit_logistic, load_model, nested_cv
+from apcir.evaluation.nuggets.registry import DEFAULT_MATCHER, MATCHERS, TRAINED
 
 FUSION, NONP = "RALI_gpt4o_fusion_rerank", "RALI_gpt4o_nonp_fusion_rerank"
 GOLD = {"1_6": {"[1]": {"text": "apples are red", "relevance": "2"}, "[2]": {"text": "bananas are yellow",
@@ -154,7 +154,7 @@ def test_nested_cross_validation_learns_and_keeps_turns_apart():
 
 def test_a_turn_leaked_between_training_and_evaluation_is_caught(monkeypatch):
     features, truth, turns = _synthetic()
-    honest = nugget_cv.row_folds
+    honest = cv.row_folds
 
     def leaky(row_turns, k, seed):
         folds = honest(row_turns, k, seed)
@@ -163,7 +163,7 @@ def test_a_turn_leaked_between_training_and_evaluation_is_caught(monkeypatch):
         folds[rows[0]] = (folds[rows[0]] + 1) % k  # one row of the turn in another fold: the turn is on both sides
         return folds
 
-    monkeypatch.setattr(nugget_cv, "row_folds", leaky)
+    monkeypatch.setattr(cv, "row_folds", leaky)
     with pytest.raises(ApcirError, match="both trained on and evaluated"):
         nested_cv(features, truth, turns, folds=3, seed=0)
 

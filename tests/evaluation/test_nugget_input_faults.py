@@ -98,7 +98,7 @@ def test_the_learned_matcher_on_two_turns_names_its_real_limit(files, run_cli):
     assert "needs labels on at least 3 turns (these are on 2: 1_6, 2_3)" in flat and "--learned-model" in flat
     assert "at least 2 turns" not in flat
     # three turns but two folds: one outer fold trains on a single turn
-    from apcir.evaluation.nugget_learned import nested_problem
+    from apcir.evaluation.nuggets.learned import nested_problem
 
     assert "trains outer fold" in nested_problem(["1_1", "1_2", "1_3"], 2, 0)
     assert nested_problem(["1_1", "1_2", "1_3"], 3, 0) is None
@@ -139,7 +139,7 @@ def topics_and_nuggets(tmp_path):
 
 def test_a_learned_model_with_nan_weights_is_refused_naming_the_file_and_field(topics_and_nuggets, run_cli,
                                                                                tmp_path):
-    from apcir.evaluation.nugget_features import FEATURES
+    from apcir.evaluation.nuggets.features import FEATURES
 
     topics, nuggets = topics_and_nuggets
     responses = tmp_path / "run.json"

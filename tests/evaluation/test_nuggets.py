@@ -9,10 +9,10 @@ import json
 import pytest
 
 from apcir.errors import ApcirError
-from apcir.evaluation.nugget_agreement import agreement, best_tau, cohen_kappa, load_labels
-from apcir.evaluation.nugget_matchers import MatcherSettings, content_words
-from apcir.evaluation.nugget_scores import score_runs
-from apcir.evaluation.nuggets import load_nuggets, load_response_runs
+from apcir.evaluation.nuggets.agreement import agreement, best_tau, cohen_kappa, load_labels
+from apcir.evaluation.nuggets.gold import load_nuggets, load_response_runs
+from apcir.evaluation.nuggets.matchers import MatcherSettings, content_words
+from apcir.evaluation.nuggets.scores import score_runs
 
 NUGGETS = [
     ("1-1_1", "1", "apples are red", 1), ("1-1_1", "2", "bananas are yellow", 1),

@@ -253,9 +253,9 @@ def test_the_persona_field_is_asked_of_the_real_server_under_its_grammar(server,
 def test_the_llm_nugget_matcher_with_the_real_server(server, tmp_path, batched):
     """Both forms of the llm matcher against llama.cpp: its grammar (an enum of the nugget numbers when batched)
     holds the answer to what the parser accepts, every decision is 0 or 1, and a re-run is answered from the cache."""
-    from apcir.evaluation.nugget_matchers import MatcherSettings
-    from apcir.evaluation.nugget_scores import score_runs
-    from apcir.evaluation.nuggets import NuggetSet, load_nuggets, load_response_runs
+    from apcir.evaluation.nuggets.gold import NuggetSet, load_nuggets, load_response_runs
+    from apcir.evaluation.nuggets.matchers import MatcherSettings
+    from apcir.evaluation.nuggets.scores import score_runs
     from apcir.llm.settings import LLMSettings
 
     gold = load_nuggets("ikat25-test")

@@ -14,7 +14,7 @@ from tiny_models import tiny_cross_encoder, tiny_t5
 
 import apcir
 from apcir.contract.reformulations import LEVELS, load_reformulations
-from apcir.evaluation.nugget_registry import MATCHERS
+from apcir.evaluation.nuggets.registry import MATCHERS
 from apcir.reformulation.registry import REFORMULATORS
 from apcir.reranking.registry import RERANKERS
 from apcir.reranking.settings import RerankSettings
@@ -226,10 +226,10 @@ def _covered_numbers(body):
 
 @pytest.mark.parametrize("matcher", MATCHERS.names())
 def test_every_matcher_scores_every_pair_in_0_to_1(matcher, tmp_path):
-    from apcir.evaluation.nugget_features import FEATURES
-    from apcir.evaluation.nugget_learned import LearnedModel, TrainedOn, save_model
-    from apcir.evaluation.nugget_matchers import MatcherSettings
-    from apcir.evaluation.nuggets import Nugget
+    from apcir.evaluation.nuggets.features import FEATURES
+    from apcir.evaluation.nuggets.gold import Nugget
+    from apcir.evaluation.nuggets.learned import LearnedModel, TrainedOn, save_model
+    from apcir.evaluation.nuggets.matchers import MatcherSettings
     from apcir.llm.settings import LLMSettings
 
     spec = MATCHERS.get(matcher)

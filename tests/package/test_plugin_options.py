@@ -11,7 +11,7 @@ import pytest
 from tiny_models import write_collection
 
 from apcir.errors import ApcirError
-from apcir.evaluation.nugget_registry import MATCHERS
+from apcir.evaluation.nuggets.registry import MATCHERS
 from apcir.reranking.registry import RERANKERS
 from apcir.responses.registry import RESPONDERS
 
@@ -123,8 +123,8 @@ def test_the_plugin_option_is_in_the_generated_reference(plugin):
 
 def test_a_plugin_responder_and_matcher_join_through_their_entry_point_groups(plugin, tmp_path):
     import apcir
-    from apcir.evaluation.nugget_matchers import MatcherSettings
-    from apcir.evaluation.nuggets import Nugget
+    from apcir.evaluation.nuggets.gold import Nugget
+    from apcir.evaluation.nuggets.matchers import MatcherSettings
     from apcir.experiment.config import validate_config
 
     turns = [t for t in apcir.topics("ikat23-test") if t.conversation_id == "9-1"][:2]

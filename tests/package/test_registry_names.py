@@ -14,14 +14,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2] / "apcir"
 REGISTRY_MODULES = {"reranking/registry.py", "fusion/systems.py", "retrieval/registry.py",
                     "reformulation/registry.py", "responses/registry.py", "submission/formats.py",
-                    "evaluation/nugget_registry.py"}
+                    "evaluation/nuggets/registry.py"}
 GENERIC = {"llm", "file"}
 """Generic words that are also entry names: compared for other reasons too, so only ``spec.name == ...`` and prefix
 tests count for them."""
 
 
 def entry_names(*, generic: bool = False) -> set[str]:
-    from apcir.evaluation.nugget_registry import MATCHERS
+    from apcir.evaluation.nuggets.registry import MATCHERS
     from apcir.fusion.systems import SYSTEMS
     from apcir.reformulation.registry import REFORMULATORS
     from apcir.reranking.registry import RERANKERS

@@ -10,7 +10,7 @@ pytest.importorskip("milvus_lite")
 
 from apcir.errors import ApcirError
 from apcir.retrieval.location import MAX_NAME, parse_milvus
-from apcir.retrieval.milvus import connect
+from apcir.retrieval.milvus.client import connect
 
 
 @pytest.mark.slow

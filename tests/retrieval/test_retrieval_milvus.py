@@ -22,7 +22,8 @@ pytest.importorskip("sentence_transformers")
 from apcir import datasets
 from apcir.contract.runs import load_run
 from apcir.retrieval.location import parse_milvus
-from apcir.retrieval.milvus import PROGRESS, connect
+from apcir.retrieval.milvus.client import connect
+from apcir.retrieval.milvus.index import PROGRESS
 
 
 @pytest.fixture(scope="module")
@@ -211,8 +212,8 @@ def test_precomputed_vectors_build_a_milvus_index_searched_like_the_embedded_one
 
 
 def test_server_versions_are_read_and_a_build_s_state_is_the_collection_s():
-    from apcir.retrieval.milvus_client import version_number
-    from apcir.retrieval.milvus_collection import requirement, state
+    from apcir.retrieval.milvus.client import version_number
+    from apcir.retrieval.milvus.collection import requirement, state
 
     assert version_number("v2.3.5-lite") == (2, 3, 5) and version_number("v2.4.0-rc.1") == (2, 4, 0)
     assert version_number("Zilliz Cloud Vector Database(Compatible with Milvus 2.5)") == (2, 5, 0)

@@ -34,7 +34,7 @@ from apcir import datasets
 from apcir.contract.runs import load_run
 from apcir.retrieval import build_index
 from apcir.retrieval.location import parse_milvus
-from apcir.retrieval.milvus_client import connect
+from apcir.retrieval.milvus.client import connect
 
 pytestmark = pytest.mark.slow
 
@@ -175,7 +175,7 @@ def test_a_server_lacking_what_its_version_promises_is_refused_and_left_clean(se
     """Past the version check (as for a server whose version string apcir cannot read), the collection is created
     and read back: Milvus 2.3.5 creates a collection with a sparse field but no index on it, and is refused."""
     import apcir.retrieval.build as build
-    import apcir.retrieval.milvus_collection as collection
+    import apcir.retrieval.milvus.collection as collection
 
     monkeypatch.setattr(collection, "version_number", lambda version: None)
     monkeypatch.setattr(build, "_encode_shard", lambda *args, **kwargs: pytest.fail("the build went on to encode"))

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from apcir.evaluation.nugget_registry import MatcherSpec
+from apcir.evaluation.nuggets.registry import MatcherSpec
 from apcir.options import Options
 from apcir.reranking.base import Ranked, RerankStats
 from apcir.reranking.registry import RerankerSpec

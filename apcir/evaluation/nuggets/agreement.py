@@ -2,7 +2,7 @@
 recall of "covered", each with a bootstrap 95% interval (resampling turns), every figure out-of-fold.
 
 **Labels** are one human decision per (turn, run, nugget), in apcir's layout or as the iKAT 2024 human study
-publishes them (:mod:`apcir.evaluation.nugget_labels`). A label whose turn, run or nugget is not in the nuggets
+publishes them (:mod:`apcir.evaluation.nuggets.labels`). A label whose turn, run or nugget is not in the nuggets
 and responses given (or whose alias the alias table lacks) is not used, and the report counts such rows by
 reason; none is dropped silently. An alias with two candidate runs is measured under each: the report's
 ``alternatives`` give κ with the labels of that alias read as either run's.
@@ -10,7 +10,7 @@ reason; none is dropped silently. An alias with two candidate runs is measured u
 **τ** of a thresholded matcher is chosen by cross-validation over turns (k folds, seeded): on the training
 folds' labels, the τ maximising κ; the held-out fold's decisions use it. κ, not accuracy: most labels are 0, and
 the τ maximising accuracy tends to "never covered". The **learned** matcher is measured by nested
-cross-validation (:mod:`apcir.evaluation.nugget_learned`), or, given a model file, with the model's τ on labels
+cross-validation (:mod:`apcir.evaluation.nuggets.learned`), or, given a model file, with the model's τ on labels
 of turns it was not trained on. ``splits`` repeats the cross-validation with other random fold assignments:
 the spread of κ over them shows how much the split alone moves the figure.
 
@@ -28,13 +28,13 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from apcir.errors import ApcirError
-from apcir.evaluation import nugget_cv
-from apcir.evaluation.nugget_cv import best_tau, cohen_kappa, kappa_of
-from apcir.evaluation.nugget_labels import HumanLabels, Label, LabelRow, load_labels
-from apcir.evaluation.nugget_matchers import MatcherSettings
-from apcir.evaluation.nugget_registry import MATCHERS
-from apcir.evaluation.nugget_scores import MatcherInfo, match
-from apcir.evaluation.nuggets import Nugget, NuggetSet
+from apcir.evaluation.nuggets import cv
+from apcir.evaluation.nuggets.cv import best_tau, cohen_kappa, kappa_of
+from apcir.evaluation.nuggets.gold import Nugget, NuggetSet
+from apcir.evaluation.nuggets.labels import HumanLabels, Label, LabelRow, load_labels
+from apcir.evaluation.nuggets.matchers import MatcherSettings
+from apcir.evaluation.nuggets.registry import MATCHERS
+from apcir.evaluation.nuggets.scores import MatcherInfo, match
 
 __all__ = ["AgreementReport", "Figure", "Label", "agreement", "best_tau", "cohen_kappa", "load_labels"]
 
@@ -173,7 +173,7 @@ def agreement(nuggets: NuggetSet, runs: Mapping[str, Mapping[str, str]], labels:
     values, info = _values(nuggets, runs, needed, index, matcher, settings, nested)
     model_turns: set[str] = set()
     if spec.trained and settings.learned_model:
-        from apcir.evaluation.nugget_learned import load_model
+        from apcir.evaluation.nuggets.learned import load_model
 
         model_turns = set(load_model(settings.learned_model).trained_on.turns)
 
@@ -202,7 +202,7 @@ def agreement(nuggets: NuggetSet, runs: Mapping[str, Mapping[str, str]], labels:
             return scores >= fixed_tau, [], [], 0
         k = min(folds, len(set(r.turns)))
         if mode == "nested":  # its own limit: at least 3 turns (a fold held out, 2 left for the inner folds)
-            from apcir.evaluation.nugget_learned import nested_cv, nested_problem
+            from apcir.evaluation.nuggets.learned import nested_cv, nested_problem
 
             problem = nested_problem(r.turns, folds, split_seed)
             if problem is not None:
@@ -215,12 +215,12 @@ def agreement(nuggets: NuggetSet, runs: Mapping[str, Mapping[str, str]], labels:
             raise ApcirError(f"choosing τ by cross-validation needs labels on at least 2 turns (these are on {k}), "
                              "or give --tau")
         scores = np.array([float(values[key]) for key in r.keys])  # type: ignore[arg-type]
-        fold = nugget_cv.row_folds(r.turns, k, split_seed)
+        fold = cv.row_folds(r.turns, k, split_seed)
         decisions = np.zeros(len(scores), dtype=bool)
         taus = []
         for j in range(k):
             held = fold == j
-            nugget_cv.check_disjoint({t for t, h in zip(r.turns, held) if not h},
+            cv.check_disjoint({t for t, h in zip(r.turns, held) if not h},
                                      {t for t, h in zip(r.turns, held) if h})
             tau = best_tau(scores[~held], r.truth[~held])
             taus.append(tau)
@@ -261,7 +261,7 @@ def _values(nuggets: NuggetSet, runs: Mapping[str, Mapping[str, str]], needed: l
             nested: bool) -> tuple[dict[tuple[str, str, str], object], MatcherInfo]:
     """Each labelled (turn, run, nugget)'s score (the learned matcher without a model: its signals), in one pass."""
     if nested:
-        from apcir.evaluation.nugget_features import pair_features
+        from apcir.evaluation.nuggets.features import pair_features
 
         matrix = pair_features([(index[(t, n)], runs[r][t]) for t, r, n in needed], settings.encoder)
         return {key: matrix[i] for i, key in enumerate(needed)}, MatcherInfo(name=matcher, tau=0.0)

@@ -7,7 +7,7 @@ The collection apcir writes has two fields: ``id`` (VARCHAR, the primary key:
 the passage id) and ``vector`` (``SPARSE_FLOAT_VECTOR`` over the model's
 vocabulary, or ``FLOAT_VECTOR`` of the model's dimension). What the server must
 support, where the manifest lives and the build's state are in
-:mod:`apcir.retrieval.milvus_collection` (the collection is created, and the
+:mod:`apcir.retrieval.milvus.collection` (the collection is created, and the
 server checked, before anything is encoded); a collection apcir did not build is
 never written to.
 
@@ -48,8 +48,8 @@ from apcir.io import json_loads, read_text, write_json
 from apcir.retrieval.encoder import encode_and_search
 from apcir.retrieval.location import MilvusLocation, parse_milvus
 from apcir.retrieval.manifest import IndexManifest
-from apcir.retrieval.milvus_client import call, connect
-from apcir.retrieval.milvus_collection import (
+from apcir.retrieval.milvus.client import call, connect
+from apcir.retrieval.milvus.collection import (
     ID_FIELD,
     MAX_ID_LENGTH,
     VECTOR_FIELD,
@@ -84,7 +84,7 @@ def write_dense(out: Path, chunks: Iterable[tuple[list[str], np.ndarray]], encod
 
 def _write(target: str, chunks: Iterable[tuple[list[str], Any]], encoder: Any, work: Path, *,
            sparse: bool) -> dict[str, Any]:
-    """Upsert the chunks into the collection :func:`~apcir.retrieval.milvus_collection.prepare` created, after
+    """Upsert the chunks into the collection :func:`~apcir.retrieval.milvus.collection.prepare` created, after
     the chunks already written by an earlier attempt; end by counting one row per passage."""
     location = parse_milvus(target)
     client = connect(location)

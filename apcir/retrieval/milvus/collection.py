@@ -43,7 +43,7 @@ from apcir.errors import ApcirError
 from apcir.io import write_json
 from apcir.retrieval.location import MilvusLocation, parse_milvus
 from apcir.retrieval.manifest import MANIFEST, IndexManifest, read_manifest
-from apcir.retrieval.milvus_client import call, connect, naming_the_log, server_version, version_number
+from apcir.retrieval.milvus.client import call, connect, naming_the_log, server_version, version_number
 
 ID_FIELD = "id"
 VECTOR_FIELD = "vector"

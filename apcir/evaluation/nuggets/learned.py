@@ -1,4 +1,4 @@
-"""The ``learned`` matcher: a logistic regression over the signals of :mod:`apcir.evaluation.nugget_features`,
+"""The ``learned`` matcher: a logistic regression over the signals of :mod:`apcir.evaluation.nuggets.features`,
 fitted on human labels, covered at a probability >= τ.
 
 Its settings (the L2 strength λ and τ) are chosen by cross-validation over turns on the training labels; its
@@ -24,10 +24,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from scipy.optimize import minimize
 
 from apcir.errors import ApcirError
-from apcir.evaluation import nugget_cv
-from apcir.evaluation.nugget_cv import best_tau, check_disjoint, kappa_of
-from apcir.evaluation.nugget_features import FEATURES, IDF_CORPUS, pair_features
-from apcir.evaluation.nugget_matchers import Pair
+from apcir.evaluation.nuggets import cv
+from apcir.evaluation.nuggets.cv import best_tau, check_disjoint, kappa_of
+from apcir.evaluation.nuggets.features import FEATURES, IDF_CORPUS, pair_features
+from apcir.evaluation.nuggets.matchers import Pair
 from apcir.io import read_json, write_text
 
 LAMBDAS = (0.1, 1.0, 10.0, 100.0)
@@ -80,7 +80,7 @@ def choose_settings(features: np.ndarray, truth: np.ndarray, turns: Sequence[str
     k = min(folds, len(set(turns)))
     if k < 2:
         raise ApcirError("training the learned matcher needs labels on at least 2 turns")
-    fold = nugget_cv.row_folds(turns, k, seed)
+    fold = cv.row_folds(turns, k, seed)
     best: tuple[float, float, float] | None = None
     for lam in lambdas:
         scores = np.zeros(len(truth))
@@ -115,7 +115,7 @@ def nested_problem(turns: Sequence[str], folds: int, seed: int) -> str | None:
                 f"are on {len(distinct)}: {', '.join(distinct)}): each outer fold holds a turn out, and the inner "
                 "cross-validation that chooses λ and τ needs 2 of the turns left")
     k = min(folds, len(distinct))
-    fold = nugget_cv.row_folds(list(distinct), k, seed)
+    fold = cv.row_folds(list(distinct), k, seed)
     for j in range(k):
         left = int((fold != j).sum())
         if left < 2:
@@ -134,7 +134,7 @@ def nested_cv(features: np.ndarray, truth: np.ndarray, turns: Sequence[str], *, 
     if problem is not None:
         raise ApcirError(problem)
     k = min(folds, len(set(turns)))
-    fold = nugget_cv.row_folds(turns, k, seed)
+    fold = cv.row_folds(turns, k, seed)
     scores = np.zeros(len(truth))
     decisions = np.zeros(len(truth), dtype=bool)
     lambdas, taus = [], []

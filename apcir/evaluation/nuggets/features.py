@@ -31,7 +31,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from apcir.evaluation.nugget_matchers import EmbeddingMatcher, Pair, content_words
+from apcir.evaluation.nuggets.matchers import EmbeddingMatcher, Pair, content_words
 
 FEATURES = ("overlap", "idf_overlap", "matched", "missing", "idf_missing", "idf_missing_max", "numbers_missing",
             "idf_matched", "cosine")

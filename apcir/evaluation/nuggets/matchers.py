@@ -11,9 +11,9 @@
   that is not the JSON asked for gets one repair request, and a nugget still undecided leaves its turn
   unscored (counted, never scored 0).
 - ``learned``: a logistic regression over the signals above and a few more, trained on a user's human labels
-  (``apcir nuggets train``; :mod:`apcir.evaluation.nugget_learned`); covered at a probability >= τ.
+  (``apcir nuggets train``; :mod:`apcir.evaluation.nuggets.learned`); covered at a probability >= τ.
 
-The registry and the defaults are in :mod:`apcir.evaluation.nugget_registry`. The default matcher is the one that agreed best with people among those that need no
+The registry and the defaults are in :mod:`apcir.evaluation.nuggets.registry`. The default matcher is the one that agreed best with people among those that need no
 training, and the default τ of each thresholded matcher is the one cross-validation chose, both measured on the
 iKAT 2024 human study (1,086 labels; docs/guide/responses.md has the table and the command).
 """
@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from apcir.evaluation.nuggets import Nugget
+from apcir.evaluation.nuggets.gold import Nugget
 from apcir.llm.accounting import Accounting
 from apcir.llm.answers import InvalidAnswer, extract_json
 from apcir.llm.settings import LLMSettings

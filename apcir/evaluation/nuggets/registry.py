@@ -1,5 +1,5 @@
 """The registry of nugget matchers (:data:`MATCHERS`, the single source of their names), the default matcher and
-the defaults of τ, measured against people (see :mod:`apcir.evaluation.nugget_matchers` for the matchers)."""
+the defaults of τ, measured against people (see :mod:`apcir.evaluation.nuggets.matchers` for the matchers)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from apcir.evaluation.nugget_matchers import EmbeddingMatcher, LexicalMatcher, LLMMatcher, Matcher, MatcherSettings
+from apcir.evaluation.nuggets.matchers import EmbeddingMatcher, LexicalMatcher, LLMMatcher, Matcher, MatcherSettings
 from apcir.registry import Registry
 
 
@@ -50,7 +50,7 @@ def _llm(settings: MatcherSettings) -> Matcher:
 
 def _learned_model(settings: MatcherSettings) -> Any:
     from apcir.errors import ApcirError
-    from apcir.evaluation.nugget_learned import load_model
+    from apcir.evaluation.nuggets.learned import load_model
 
     if not settings.learned_model:
         raise ApcirError("the learned matcher needs a model: apcir nuggets train --labels ... -o model.json, then "
@@ -60,7 +60,7 @@ def _learned_model(settings: MatcherSettings) -> Any:
 
 
 def _learned(settings: MatcherSettings) -> Matcher:
-    from apcir.evaluation.nugget_learned import LearnedMatcher
+    from apcir.evaluation.nuggets.learned import LearnedMatcher
 
     return LearnedMatcher(_learned_model(settings))
 

@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from pydantic import BaseModel, Field
 
 from apcir.errors import ApcirError
-from apcir.evaluation.nugget_matchers import LLMMatcher, MatcherSettings, Pair
-from apcir.evaluation.nugget_registry import DEFAULT_MATCHER, MATCHERS
-from apcir.evaluation.nuggets import NuggetSet, check_runs_against
+from apcir.evaluation.nuggets.gold import NuggetSet, check_runs_against
+from apcir.evaluation.nuggets.matchers import LLMMatcher, MatcherSettings, Pair
+from apcir.evaluation.nuggets.registry import DEFAULT_MATCHER, MATCHERS
 from apcir.metrics.significance import Comparison, SignificanceSettings, compare_with
 
 RECALL, WEIGHTED = "nugget recall", "weighted nugget recall"
