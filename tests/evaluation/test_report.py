@@ -1,6 +1,6 @@
 import random
 
-from apcir.evaluation.report import agreement_table, level_table, metric_table, write_report
+from apcir.evaluation.report import agreement_rows, family_tests, level_rows, markdown, metric_rows, write_report
 from apcir.evaluation.results import RunMetrics, SystemResult, TurnInfo, read_metrics, write_metrics
 
 
@@ -24,17 +24,18 @@ def make_run(name="r1"):
 
 def test_tables_carry_markers_and_levels(tmp_path):
     run = make_run()
-    table = metric_table([run], "weights", "no-personalisation")
+    markers = family_tests([run], "no-personalisation", run.significance)
+    table = markdown(*metric_rows([run], "weights", "no-personalisation", markers))
     rows = table.splitlines()
     assert rows[0] == "| system | MRR | nDCG@3 | n |"
     assert rows[2].endswith("| 40 |"), "every passage-measure table says how many judged turns each mean is over"
     apcir_row = next(r for r in rows if r.startswith("| APCIR"))
     assert apcir_row.count("†") == 2, "a large paired improvement is marked on both measures"
     assert "(baseline)" in next(r for r in rows if r.startswith("| No personalisation"))
-    agreement = agreement_table(run).splitlines()
+    agreement = markdown(*agreement_rows(run)).splitlines()
     # level a: turns 0,3,6,...,39 (14 turns), only turn 3 personalised
     assert agreement[2] == "| a (none) | 14 | 1 | 13 | 92.9% |"
-    levels = level_table([run])
+    levels = markdown(*level_rows([run]))
     assert "(n=14)" in levels and "(n=13)" in levels
 
 

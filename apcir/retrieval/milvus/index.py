@@ -66,7 +66,7 @@ ROWS_PER_REQUEST = 2_000
 QUERIES_PER_REQUEST = 64
 SPARSE_SEARCH = {"metric_type": "IP", "params": {"drop_ratio_search": 0.0}}
 DENSE_SEARCH = {"metric_type": "IP", "params": {}}
-TESTED_WITH = "milvus-lite 3.2.2 and a Milvus 2.3.5 standalone server (milvus-dense), with pymilvus 3.0.2"
+# tested with milvus-lite 3.2.2 and a Milvus 2.3.5 standalone server (milvus-dense), with pymilvus 3.0.2
 
 
 # ---- building ------------------------------------------------------------------------------------
