@@ -43,7 +43,7 @@ class SystemsTable:
 
 def systems_table(metrics: RunMetrics) -> SystemsTable:
     """Every system of ``metrics``: the registry's order, each re-ranked system right after the one it re-ranks."""
-    from apcir.evaluation.report import family_size, family_tests
+    from apcir.evaluation.tables import family_size, family_tests
     from apcir.fusion.systems import SYSTEMS
 
     order: list[str] = []

@@ -1,8 +1,9 @@
 """``apcir converse``: apcir as the agent of a live run, one utterance at a time, through the per-turn pipeline
 (:mod:`apcir.experiment.turns`: reformulation, retrieval of the three lists, level-weighted fusion, the submitted
 re-rankers, the response; the same stage functions as ``apcir run``), with a journal that makes a killed run
-resumable. This module keeps only what is live: the turn built from the server's reply, the journal, recovery,
-the turn budget and the fitting of an answer to the server's limits.
+resumable. This module keeps only what is live: the turn built from the server's reply, recovery, the turn
+budget and the fitting of an answer to the server's limits; the journal is :mod:`apcir.live.journal`, the check
+of the server's record against it :mod:`apcir.live.record`.
 
 Per utterance: the turn is built from the reply (``{topic_id}_{n}``, n the 1-based user turn, the current
 utterance being the last entry of the server's ``history``; the earlier turns are the entries before it, the
@@ -38,7 +39,6 @@ Turn ids: ``{topic_id}_{n}``; when a topic comes back with another user in the s
 from __future__ import annotations
 
 import json
-import os
 import re
 import statistics
 import time
@@ -56,11 +56,11 @@ from apcir.experiment.config import ExperimentConfig
 from apcir.experiment.turns import TurnPipeline
 from apcir.live.client import SimulationClient
 from apcir.live.errors import AnswerRefused, LiveError, LostReply, SessionUnknown
+from apcir.live.journal import JOURNAL, Answer, Journal, utterance_key
 from apcir.live.protocol import HistoryMessage, Utterance, count_tokens, fit_tokens, named_limit
+from apcir.live.record import DUMP_FILE, RecordCheck, check_record
 
-JOURNAL = "conversation.jsonl"
 RUN_FILE = "live.run"
-DUMP_FILE = "dump.jsonl"
 __all__ = ["Converse", "ConverseSummary", "RecordCheck", "SessionUnknown", "JOURNAL", "RUN_FILE", "DUMP_FILE"]
 
 
@@ -73,36 +73,6 @@ def first_person_facts(utterance: str) -> list[str]:
     sentences = re.split(r"(?<=[.!?])\s+", utterance.strip())
     return [s if s.endswith((".", "!")) else s + "." for s in (x.strip() for x in sentences)
             if s and not s.endswith("?") and _FIRST_PERSON.match(s)]
-
-
-@dataclass
-class Answer:
-    turn_id: str
-    response: str
-    citations: dict[str, float]
-    ptkb_provenance: list[str]
-    trimmed: bool
-    seconds: dict[str, float]
-
-
-@dataclass
-class RecordCheck:
-    """The server's record of the run (``run/dump``) against the journal, answer by answer."""
-
-    total: int = 0
-    matched: int = 0
-    differences: list[str] = field(default_factory=list)
-    error: str | None = None
-    """Why the record could not be read (then nothing was compared)."""
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and not self.differences
-
-    def line(self) -> str:
-        if self.error is not None:
-            return f"recorded: not checked ({self.error})"
-        return f"recorded: {self.matched} of {self.total} answers match"
 
 
 @dataclass
@@ -138,42 +108,6 @@ class ConverseSummary:
             p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
             out[stage] = {"p50": statistics.median(ordered), "p95": p95, "max": ordered[-1]}
         return out
-
-
-class Journal:
-    """``conversation.jsonl``: appended and flushed to disk line by line."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.entries: list[dict[str, Any]] = []
-        if path.exists():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                try:
-                    self.entries.append(json.loads(line))
-                except json.JSONDecodeError:  # a torn last line of a killed run
-                    break
-
-    def add(self, event: str, **data: Any) -> None:
-        entry = {"event": event, "time": time.time(), **data}
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(entry, ensure_ascii=False) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        self.entries.append(entry)
-
-    def last(self, event: str) -> dict[str, Any] | None:
-        return next((e for e in reversed(self.entries) if e["event"] == event), None)
-
-
-def _key(reply: Utterance) -> tuple[str, str, int]:
-    """Where a reply stands: topic, user and the length of its history."""
-    return reply.topic_id, reply.user_id, len(reply.history)
-
-
-def _same_citations(sent: dict[str, float], stored: Any) -> bool:
-    if not isinstance(stored, dict) or set(stored) != set(sent):
-        return False
-    return all(abs(float(stored[k]) - float(v)) <= 1e-9 * max(1.0, abs(float(v))) for k, v in sent.items())
 
 
 class Converse:
@@ -408,7 +342,7 @@ class Converse:
         them: the text itself may not have arrived."""
         history = list(previous.history)
         if not previous.last_response_of_session:
-            done = self._answer_for(previous)
+            done = self.journal.answer_for(previous)
             history += [HistoryMessage(role="assistant", content=done[0].response if done else ""),
                         HistoryMessage(role="user", content="")]
         return previous.model_copy(update={"utterance": "" if not previous.last_response_of_session
@@ -427,7 +361,7 @@ class Converse:
         reply = self._opening()
         while True:
             last = self.journal.last("utterance")
-            if last is None or _key(Utterance.model_validate(last["reply"])) != _key(reply):
+            if last is None or utterance_key(Utterance.model_validate(last["reply"])) != utterance_key(reply):
                 self.journal.add("utterance", reply=reply.model_dump(mode="json"))
             if reply.last_response_of_session:
                 if reply.last_response_of_run:
@@ -435,7 +369,7 @@ class Converse:
                     break
                 reply = self._send(reply, Answer("", "", {}, [], False, {}))  # the closing words: ignored
                 continue
-            done = self._answer_for(reply)
+            done = self.journal.answer_for(reply)
             if done is not None:
                 self.summary.resent += 1
                 answer = self._refit(*done)
@@ -453,16 +387,6 @@ class Converse:
         self.summary.earlier = len(keys)
         self.summary.earlier_topics = list(dict.fromkeys(str(key[0]) for key in keys))
         self.summary.already_complete = self.journal.last("end") is not None
-
-    def _answer_for(self, reply: Utterance) -> tuple[Answer, dict[str, Any]] | None:
-        """The latest answer computed for this utterance (sent or not), and its journal entry: it is sent again,
-        never recomputed."""
-        key = _key(reply)
-        for entry in reversed(self.journal.entries):
-            if entry["event"] == "answer" and tuple(entry["key"]) == key:
-                return Answer(entry["turn_id"], entry["response"], entry["citations"], entry["provenance"],
-                              entry["trimmed"], entry["seconds"]), entry
-        return None
 
     def _refit(self, answer: Answer, entry: dict[str, Any]) -> Answer:
         """A journaled answer fitted to the limit in force (a refused one was over it): the cut one is journaled
@@ -485,7 +409,7 @@ class Converse:
         answer = self.answer(turn)
         ranked = dict(ranking(self.run.get(turn.turn_id, {}), self.config.fusion.depth))
         skipped = self._skipped
-        self.journal.add("answer", key=list(_key(reply)), turn_id=answer.turn_id, response=answer.response,
+        self.journal.add("answer", key=list(utterance_key(reply)), turn_id=answer.turn_id, response=answer.response,
                          citations=answer.citations, provenance=answer.ptkb_provenance, trimmed=answer.trimmed,
                          seconds=answer.seconds, ranking=ranked, skipped=skipped)
         if skipped:
@@ -509,7 +433,7 @@ class Converse:
         except LostReply:
             warn("the reply to an answer was lost: asking the server where the run stands before sending again")
             following = self._where_now()
-            if _key(following) == _key(reply) and not following.last_response_of_session:
+            if utterance_key(following) == utterance_key(reply) and not following.last_response_of_session:
                 return self._send(reply, answer, refitted=refitted)  # not recorded: the same answer again
             # else recorded; or, for the closing words' empty answer, still between topics (the loop sends it again)
         except LiveError as exc:
@@ -519,7 +443,7 @@ class Converse:
                 return self._refused(reply, answer, exc, refitted=refitted)
             else:
                 raise
-        self.journal.add("sent", turn_id=answer.turn_id, key=list(_key(reply)))
+        self.journal.add("sent", turn_id=answer.turn_id, key=list(utterance_key(reply)))
         return following
 
     def _refused(self, reply: Utterance, answer: Answer, refusal: LiveError, *, refitted: bool) -> Utterance:
@@ -543,7 +467,7 @@ class Converse:
         self._learn(limit, answer.turn_id, refusal.detail)
         note(f"turn {answer.turn_id}: the server refused the answer for its length and named its limit, "
              f"{limit} tokens (422: {refusal.detail}); it holds for this run from now on (said in the journal)")
-        done = self._answer_for(reply)
+        done = self.journal.answer_for(reply)
         if done is None:  # pragma: no cover - every answer is journaled before it is sent
             raise AnswerRefused(f"the answer to {answer.turn_id} is not in the journal: nothing more is sent")
         tokens = count_tokens(done[0].response)
@@ -555,91 +479,10 @@ class Converse:
         return self._send(reply, self._refit(*done), refitted=True)
 
     # ---- the server's record -------------------------------------------------------------------------------
-    def _answered(self) -> list[tuple[Utterance, dict[str, Any]]]:
-        """Each question of the journal (closing words left out), once, in order, with its latest answer."""
-        seen: set[tuple[str, str, int]] = set()
-        found = []
-        for entry in self.journal.entries:
-            if entry["event"] != "utterance":
-                continue
-            reply = Utterance.model_validate(entry["reply"])
-            if reply.last_response_of_session or _key(reply) in seen:
-                continue
-            seen.add(_key(reply))
-            done = self._answer_for(reply)
-            if done is not None:
-                found.append((reply, done[1]))
-        return found
-
     def check_record(self) -> RecordCheck:
-        """The server's record (``run/dump``, saved as ``dump.jsonl``) against the journal, per answered
-        utterance: the utterance, the text, the citations and the PTKB provenance, and the persona flag of the
-        run. A record a year's form could not get stored (``--protocol 2025``'s top-level fields) is named."""
-        from apcir.io import write_jsonl
-
-        try:
-            records = self.client.dump(self.run_id)
-        except ApcirError as exc:
-            return RecordCheck(error=f"run/dump: {exc}")
-        write_jsonl(self.out / DUMP_FILE, records)
-        theirs: dict[str, list[dict[str, Any]]] = {}
-        extra: Any = None
-        for record in records:
-            meta = record.get("metadata") or {}
-            extra = meta.get("extra", extra)
-            response = (record.get("responses") or [{}])[0]
-            if response.get("assistant_text") is None:  # the user's closing words
-                continue
-            theirs.setdefault(str(meta.get("topic_id", "")).rpartition("_")[0], []).append(
-                {**response, "topic_id": meta.get("topic_id")})
-        mine: dict[str, list[tuple[Utterance, dict[str, Any]]]] = {}
-        for reply, entry in self._answered():
-            mine.setdefault(reply.topic_id, []).append((reply, entry))
-        check = RecordCheck(total=sum(len(v) for v in mine.values()))
-        unstored = self.client.protocol.unstored
-        for topic in dict.fromkeys([*mine, *theirs]):
-            ours, recorded = mine.get(topic, []), theirs.get(topic, [])
-            for i in range(max(len(ours), len(recorded))):
-                if i >= len(recorded):
-                    check.differences.append(f"{ours[i][1]['turn_id']}: the server has no record of this answer")
-                    continue
-                if i >= len(ours):
-                    check.differences.append(f"{recorded[i]['topic_id']}: the server recorded an answer the journal "
-                                             "does not hold")
-                    continue
-                problems = self._differences(ours[i][0], ours[i][1], recorded[i], unstored)
-                if problems:
-                    check.differences.append(f"{ours[i][1]['turn_id']}: {'; '.join(problems)}")
-                else:
-                    check.matched += 1
-        stored = (extra or {}).get("track_persona") if isinstance(extra, dict) else None
-        if bool(stored) != self.track_persona:
-            how = f" ({unstored})" if unstored else ""
-            check.differences.append(f"track_persona: sent {str(self.track_persona).lower()}, the server stored "
-                                     f"{json.dumps(extra)}{how}")
-        return check
-
-    @staticmethod
-    def _differences(reply: Utterance, entry: dict[str, Any], recorded: dict[str, Any], unstored: str) -> list[str]:
-        problems = []
-        if recorded.get("user_utterance") != reply.utterance:
-            problems.append("the server recorded another utterance")
-        if recorded.get("assistant_text") != entry["response"]:
-            problems.append("the server's text differs from the one sent")
-        if not _same_citations(entry["citations"], recorded.get("assistant_citations")):
-            stored = recorded.get("assistant_citations")
-            problems.append(f"the citations differ ({len(entry['citations'])} sent, "
-                            f"{len(stored) if isinstance(stored, dict) else 0} recorded)")
-        meta = recorded.get("assistant_meta")
-        provenance = meta.get("ptkb_provenance") if isinstance(meta, dict) else None
-        sent = list(entry["provenance"])
-        if provenance is None and sent:
-            how = f" ({unstored})" if unstored else ""
-            problems.append(f"the PTKB provenance ({len(sent)} statement{'s' if len(sent) != 1 else ''}) was not "
-                            f"stored{how}")
-        elif provenance is not None and list(provenance) != sent:
-            problems.append("the PTKB provenance differs")
-        return problems
+        """The server's record (``run/dump``, saved as ``dump.jsonl``) against the journal
+        (:func:`apcir.live.record.check_record`)."""
+        return check_record(self.client, self.run_id, self.out, self.journal, self.track_persona)
 
     def _write_outputs(self) -> None:
         write_run({t: hits for t, hits in self.run.items() if hits}, self.out / RUN_FILE, tag=self.run_id,

@@ -12,10 +12,11 @@ Backends are registered in :data:`apcir.retrieval.registry.BACKENDS`.
 from __future__ import annotations
 
 from apcir.retrieval.backends import Backend, open_index
-from apcir.retrieval.build import BuildResult, build_index, parse_shard
+from apcir.retrieval.build import BuildResult, build_index
 from apcir.retrieval.encoder import DEFAULT_MODEL, SPLADE_TINY, SpladeEncoder, splade_tiny_path
 from apcir.retrieval.manifest import IndexManifest, IndexStatus, index_status, read_manifest
 from apcir.retrieval.registry import BACKENDS
+from apcir.retrieval.shards import parse_shard
 
 __all__ = [
     "BACKENDS",

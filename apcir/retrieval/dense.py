@@ -1,7 +1,7 @@
 """Dense retrieval: bi-encoder embeddings (ANCE and others) searched by inner product.
 
 Two backends share the encoder and the resumable, sharded encoding of
-:mod:`apcir.retrieval.build` (chunks of float32 embeddings instead of sparse
+:mod:`apcir.retrieval.build` and :mod:`apcir.retrieval.chunks` (chunks of float32 embeddings instead of sparse
 vectors):
 
 * ``dense``: the embeddings in ``vectors.npy`` (passages x dimension, float32)

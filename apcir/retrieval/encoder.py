@@ -15,7 +15,7 @@ directory holding a ``BertForMaskedLM``-style checkpoint.
 
 **How a SPLADE batch is computed** (:class:`SpladeEncoder`). Texts are tokenised in a worker thread, ahead of
 the model, and sorted by length over everything handed over at once (a whole chunk of an index build, see
-:mod:`apcir.retrieval.build`), so a batch holds texts of similar length and little padding. For a BERT,
+:mod:`apcir.retrieval.chunks`), so a batch holds texts of similar length and little padding. For a BERT,
 RoBERTa or DistilBERT masked-language model the encoder runs its transformer once, then applies the MLM head
 in pieces, keeping a masked maximum over the tokens: on a GPU over slices of ``head_tokens`` tokens (64) at a
 time, on a CPU over blocks of 128 vocabulary entries (their logits stay in the cache), so the

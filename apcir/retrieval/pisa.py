@@ -1,6 +1,6 @@
 """SPLADE over a PISA index (pyterrier-pisa's engine: C++, no Java, no server).
 
-**What is indexed.** The passage vectors apcir encodes (the chunks of :mod:`apcir.retrieval.build`, so a pisa
+**What is indexed.** The passage vectors apcir encodes (the chunks of :mod:`apcir.retrieval.chunks`, so a pisa
 index is built in shards and resumed as every encoder backend is), quantised to integer impacts
 ``round(scale x w)`` (``quantization_scale``, 100 by default, recorded in the manifest; weights that round to 0
 are dropped). Queries are encoded by the same encoder and quantised the same way; PISA scores a passage as the sum

@@ -29,7 +29,7 @@ up to 4 more): about 40 bytes a passage, 4.7 GB at ClueWeb22-B's 116.8M passages
 
 The chunks are iterated twice. A one-shot iterator (a generator) is read once and each chunk is kept in ``work``
 for the second pass (as much disk again as the chunks); apcir's build hands the backend its encoded chunks on disk
-(:class:`apcir.retrieval.build.EncodedChunks`), which are simply read again.
+(:class:`apcir.retrieval.chunks.EncodedChunks`), which are simply read again.
 """
 
 from __future__ import annotations

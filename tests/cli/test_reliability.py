@@ -126,7 +126,7 @@ def test_tune_refuses_an_unwritable_output_before_searching(run_cli, fusion_file
 
 
 def test_a_full_disk_keeps_the_tuned_weights_on_stdout(run_cli, fusion_files, monkeypatch):
-    import apcir.io
+    import apcir.io.write
 
     tmp, paths = fusion_files
 
@@ -135,7 +135,7 @@ def test_a_full_disk_keeps_the_tuned_weights_on_stdout(run_cli, fusion_files, mo
 
     # the disk is full for apcir's writes only: patching os.replace itself would also fail numba's first write of
     # its kernel cache (a fresh clone has none), before the search has a result to keep
-    monkeypatch.setattr(apcir.io, "os", SimpleNamespace(**{**vars(os), "replace": full}))
+    monkeypatch.setattr(apcir.io.write, "os", SimpleNamespace(**{**vars(os), "replace": full}))
     code, out, err = run_cli("tune", "--runs", *paths, "--levels", str(tmp / "levels.tsv"), "--qrels",
                              str(tmp / "qrels.txt"), "--step", "0.1", "--out", str(tmp / "w.json"))
     one_line_error(code, err, "No space left on device")

@@ -1,7 +1,8 @@
 import random
 
-from apcir.evaluation.report import agreement_rows, family_tests, level_rows, markdown, metric_rows, write_report
+from apcir.evaluation.report import write_report
 from apcir.evaluation.results import RunMetrics, SystemResult, TurnInfo, read_metrics, write_metrics
+from apcir.evaluation.tables import agreement_rows, family_tests, level_rows, markdown, metric_rows
 
 
 def make_run(name="r1"):

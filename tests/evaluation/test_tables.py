@@ -78,8 +78,8 @@ def test_the_python_api_labels_tuned_on_test_and_shows_the_cli_scale(run_dir, ca
 def test_every_front_door_shows_one_scale_and_the_reports_marks(run_dir):
     from apcir.cli.run_commands import comparison_table
     from apcir.evaluation.display import systems_table
-    from apcir.evaluation.report import family_tests, metric_rows
     from apcir.evaluation.results import read_metrics
+    from apcir.evaluation.tables import family_tests, metric_rows
 
     metrics = read_metrics(run_dir)
     shown = systems_table(metrics)

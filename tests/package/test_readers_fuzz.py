@@ -145,7 +145,7 @@ COLLECTION = [{"id": "a:1", "contents": "tea"}, {"doc_id": "d", "passage_id": 2,
 @FUZZ
 @given(st.data())
 def test_collections(data):
-    from apcir.retrieval.build import iter_shard
+    from apcir.retrieval.shards import iter_shard
 
     rows = mutate(data, COLLECTION)
     content = "".join(json.dumps(r) + "\n" for r in rows) if isinstance(rows, list) else json.dumps(rows)

@@ -167,7 +167,7 @@ def test_peak_memory_does_not_grow_with_the_collection(tmp_path):
 
 def test_the_merge_checks_ids_by_their_hashes_and_reads_them_again_only_on_a_repeat():
     from apcir.errors import ApcirError
-    from apcir.retrieval.build import check_unique
+    from apcir.retrieval.chunks import check_unique
 
     class Counting(list):
         passes = 0

@@ -154,13 +154,13 @@ def test_sharded_and_resumed_builds_equal_a_plain_build(tmp_path, small_collecti
 
 
 def _count_shard(path: Path, index: int) -> int:
-    from apcir.retrieval.build import count_shard
+    from apcir.retrieval.shards import count_shard
 
     return count_shard(path, index, 3)
 
 
 def test_shards_partition_the_collection(small_collection):
-    from apcir.retrieval.build import iter_shard
+    from apcir.retrieval.shards import iter_shard
 
     whole = [p.id for _, p in iter_shard(small_collection, 0, 1)]
     for n in (1, 2, 5, 37, 50):
@@ -201,7 +201,7 @@ def test_exact_top_k_breaks_ties_by_passage_id_as_trec_eval_does():
 
 @pytest.mark.parametrize("text", ["x", "1/0", "3/3", "-1/2", "a/b"])
 def test_bad_shard_spec(text):
-    from apcir.retrieval.build import parse_shard
+    from apcir.retrieval.shards import parse_shard
 
     with pytest.raises(ApcirError, match="shard"):
         parse_shard(text)

@@ -159,7 +159,7 @@ def test_a_sparse_build_is_refused_before_any_passage_is_encoded(server, cli, ca
     def never(*args, **kwargs):
         raise AssertionError("the build went on to encode")
 
-    monkeypatch.setattr(build, "_encode_shard", never)
+    monkeypatch.setattr(build, "encode_shard", never)
     monkeypatch.setattr(build, "make_encoder", never)  # not even the model is loaded
     uri = server.uri("sparse_c")
     code, out, err = cli("index", "build", "--backend", "milvus", "-c", COLLECTION, "-e", "splade-tiny",
@@ -178,7 +178,7 @@ def test_a_server_lacking_what_its_version_promises_is_refused_and_left_clean(se
     import apcir.retrieval.milvus.collection as collection
 
     monkeypatch.setattr(collection, "version_number", lambda version: None)
-    monkeypatch.setattr(build, "_encode_shard", lambda *args, **kwargs: pytest.fail("the build went on to encode"))
+    monkeypatch.setattr(build, "encode_shard", lambda *args, **kwargs: pytest.fail("the build went on to encode"))
     uri = server.uri("sparse_probe")
     code, _, err = cli("index", "build", "--backend", "milvus", "-c", COLLECTION, "-e", "splade-tiny", "--out", uri)
     line = one_line(err)
