@@ -817,11 +817,14 @@ def test_ctrl_c_while_the_commands_load_is_quiet():
 
 
 def test_a_ctrl_c_swallowed_by_a_finalizer_is_delivered_again():
-    """In a process of its own, as the CLI runs: a test worker's process carries what earlier tests left in it
-    (this failed in a full run only, never alone or with its file)."""
+    """In a process of its own, as the CLI runs, with Python's own Ctrl-C handler: a test suite started as a
+    background job (``make test &`` in a script) inherits SIGINT ignored, and Python then leaves it ignored, so
+    nothing could be delivered (it failed so in full runs started that way, and passed in a terminal)."""
     script = textwrap.dedent("""
-        import sys, time
+        import signal, sys, time
         from apcir.cli.main import _redeliver_interrupts
+
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # what a process started from a terminal has
 
         class Finalised:
             def __del__(self):
