@@ -776,12 +776,13 @@ def test_a_negative_seed_is_a_usage_error(run_cli, args):
 
 
 # ---- Ctrl-C ------------------------------------------------------------------------------------------
-def _ctrl_c_as_in_a_terminal() -> None:
-    """A job started in the background of a non-interactive shell (as CI may start this suite) ignores SIGINT, and
-    its children inherit that; give the child the default action a terminal's foreground command has."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+def _as_in_a_terminal(command: list[str]) -> list[str]:
+    """``command`` with Ctrl-C's default action, as a terminal's foreground command has it: a job started in the
+    background of a non-interactive shell (as CI may start this suite) ignores SIGINT, and its children inherit
+    that. A small exec wrapper, not a preexec function: one makes subprocess fork instead of vfork, which runs the
+    fork handlers of libraries the test worker loaded before (gRPC's, from the Milvus tests, aborted the child)."""
+    wrapper = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
+    return [sys.executable, "-c", wrapper, *command]
 
 
 def test_ctrl_c_mid_command_is_exit_130_with_one_line(tmp_path, ten):
@@ -790,8 +791,8 @@ def test_ctrl_c_mid_command_is_exit_130_with_one_line(tmp_path, ten):
     with FakeOpenAI(delay=0.5) as server:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENAI_API_KEY": "sk-test"}
         command = [sys.executable, "-m", "apcir", *reformulate_args(server, tmp_path, ten, "--concurrency", "1")]
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                                preexec_fn=_ctrl_c_as_in_a_terminal)
+        proc = subprocess.Popen(_as_in_a_terminal(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env)
         deadline = time.monotonic() + 60
         while server.count < 2 and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.05)
@@ -811,8 +812,8 @@ def test_ctrl_c_while_the_commands_load_is_quiet():
         "    return real(name, *args, **kwargs)\n"
         "builtins.__import__ = slow\napcir.cli.main(['datasets'])\nprint('not interrupted')\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=_ctrl_c_as_in_a_terminal)
+    done = subprocess.run(_as_in_a_terminal([sys.executable, "-c", code]), capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 130 and done.stderr == "interrupted\n" and "not interrupted" not in done.stdout
 
 
