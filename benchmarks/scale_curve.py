@@ -28,6 +28,8 @@ retrieval (``runs/demo/lists/rewrite.qvec.npz``: ``rewrite``; ``rewrite_response
 * ``embedded``: apcir's backend (:func:`apcir.retrieval.embedded.write_index` over the chunks on disk, the
   streaming build) and its engine over the memory-mapped arrays (:class:`apcir.retrieval.engine.SparseEngine`).
   Exact: its top k is the reference of every recall.
+* ``embedded-compact``: the same backend with ``postings = "compact"`` (:mod:`apcir.retrieval.compact`): 9-bit
+  impacts per term and delta-coded offsets, about 2.2 bytes a posting; the exact top k of the quantised scores.
 * ``pisa``: PISA through pyterrier-pisa, integer impacts ``round(100 w)`` for passages and queries, ``maxscore``
   (rank-safe: exact on the quantised scores). Until apcir's ``pisa`` backend lands (branch ``backends``) it is
   built with ``PisaIndex(path, stemmer="none").toks_indexer(scale=1)`` (pyterrier-pisa's own Python inverter:
@@ -89,7 +91,7 @@ CACHE = Path(os.environ.get("APCIR_BENCH_CACHE", ROOT / "bench-cache")) / "scale
 DEMO_INDEX = Path(os.environ.get("APCIR_DEMO_INDEX", ROOT / "indexes" / "ikat23-provenance-splade-tiny"))
 DEMO_LISTS = Path(os.environ.get("APCIR_DEMO_LISTS", ROOT / "runs" / "demo" / "lists"))
 SIZES = (1_000_000, 3_000_000, 10_000_000)
-ENGINES = ("embedded", "pisa", "seismic", "lucene-splade")
+ENGINES = ("embedded", "embedded-compact", "pisa", "seismic", "lucene-splade")
 EXTRA_ENGINES = ("embedded-in-memory",)
 CLUEWEB22_B = 116_838_987
 CHUNK = 10_000
@@ -394,6 +396,32 @@ class Embedded(Engine):
         self.engine.search_matrix(queries, k, parallel=threads > 1)
 
 
+class EmbeddedCompact(Embedded):
+    """The embedded backend with ``postings = "compact"`` (:mod:`apcir.retrieval.compact`): 9-bit impacts per term,
+    delta-coded offsets; the top k of the quantised scores (its recall is measured against ``embedded``)."""
+
+    exact = False
+
+    def build(self, threads: int) -> dict:
+        from apcir.retrieval.embedded import write_index
+        from apcir.retrieval.options import EmbeddedOptions
+
+        facts = write_index(self.folder, Chunks(self.size, self.density), Vocabulary(), threads=threads,
+                            work=self.folder / "_work", options=EmbeddedOptions(postings="compact"))
+        shutil.rmtree(self.folder / "_work", ignore_errors=True)
+        return facts
+
+    def open(self) -> None:
+        from apcir.retrieval.compact import CompactEngine
+        from apcir.retrieval.embedded import compact_postings, open_arrays
+
+        arrays = open_arrays(self.folder)
+        self.engine = CompactEngine(compact_postings(arrays), arrays["ids"].shape[0])  # type: ignore[assignment]
+
+    def resident_bytes(self) -> int:
+        return self.engine.nbytes  # type: ignore[attr-defined]
+
+
 class InMemory(Embedded):
     """The embedded build before it streamed: every chunk stacked, then ``save_embedded``. Build only."""
 
@@ -574,7 +602,8 @@ class Lucene(Engine):
         self._searcher(vectors).batch_search(list(vectors), list(vectors), k=k, threads=threads)
 
 
-ENGINE_CLASSES: dict[str, type[Engine]] = {"embedded": Embedded, "pisa": Pisa, "seismic": Seismic,
+ENGINE_CLASSES: dict[str, type[Engine]] = {"embedded": Embedded, "embedded-compact": EmbeddedCompact, "pisa": Pisa,
+                                           "seismic": Seismic,
                                            "lucene-splade": Lucene, "embedded-in-memory": InMemory}
 
 

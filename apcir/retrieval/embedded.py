@@ -11,6 +11,13 @@ On disk (``indexes/<name>/``)::
     ids.txt                passage ids, one per line, in column order (sorted)
     ids.npy                the same ids as fixed-width UTF-8 bytes (memory-mapped, binary-searchable)
 
+With ``postings = "compact"`` (an option of the build) ``indices``, ``data``,
+``local`` and ``bounds`` are replaced by ``postings.codes.npy`` (a uint16 a
+posting: 9-bit impact, 7-bit gap), ``postings.exceptions.npy`` (the offsets of
+long gaps) and their tables and per-term scales (:mod:`apcir.retrieval.compact`):
+about 2.2 bytes a posting searched instead of 6, the top k of the quantised
+scores, and no passage vectors.
+
 Every array is opened with ``np.load(..., mmap_mode="r")``: nothing is read
 until a query touches it, so an index larger than memory is searched with the
 memory the queries' posting lists take (the operating system's page cache
@@ -42,14 +49,20 @@ from apcir.contract.reformulations import QueryInput
 from apcir.contract.runs import ranking
 from apcir.errors import ApcirError
 from apcir.io import atomic_write, read_text, write_text
+from apcir.retrieval.compact import CompactEngine, CompactPostings
 from apcir.retrieval.encoder import SpladeEncoder, encode_and_search
 from apcir.retrieval.engine import BLOCK, SparseEngine, engine_arrays
 from apcir.retrieval.manifest import IndexManifest
+from apcir.retrieval.options import EmbeddedOptions
 from apcir.retrieval.postings_writer import write_postings
 
 POSTINGS = "postings.npz"
 """The layout before memory-mapped arrays (converted on first open)."""
 ARRAYS = ("indptr", "indices", "data", "local", "bounds")
+COMPACT_ARRAYS = ("codes", "exceptions", "ebase", "cbounds", "ebounds", "scale")
+NO_VECTORS = ("a compact embedded index keeps only quantised postings, not passage vectors: build the index with "
+              "postings = \"exact\" (the default) for what looks passage vectors up")
+"""The arrays of the compact layout (:mod:`apcir.retrieval.compact`), beside ``indptr``."""
 IDS = "ids.txt"
 ID_ARRAY = "ids.npy"
 QUERY_BATCH = 64
@@ -95,21 +108,33 @@ def save_embedded(index_dir: Path, documents: sp.csr_matrix, ids: list[str]) -> 
 
 def write_index(
     out: Path, chunks: Iterable[tuple[list[str], sp.csr_matrix]], encoder: SpladeEncoder, *, threads: int,
-    work: Path,
+    work: Path, options: EmbeddedOptions | None = None,
 ) -> dict[str, Any]:
     """The backend's ``build``: the postings of ``out`` from the encoded chunks, with bounded memory
-    (:mod:`apcir.retrieval.postings_writer`: the files :func:`save_embedded` writes from them all in memory)."""
-    files = {name: array_path(out, name) for name in ARRAYS} | {"ids": out / ID_ARRAY}
-    nonzeros = write_postings(chunks, encoder.vocab_size, work=work, files=files, ids_txt=out / IDS)
+    (:mod:`apcir.retrieval.postings_writer`: the files :func:`save_embedded` writes from them all in memory), in
+    the layout ``options.postings`` names."""
+    compact = options is not None and options.postings == "compact"
+    names = ("indptr", *COMPACT_ARRAYS) if compact else ARRAYS
+    files = {name: array_path(out, name) for name in names} | {"ids": out / ID_ARRAY}
+    nonzeros = write_postings(chunks, encoder.vocab_size, work=work, files=files, ids_txt=out / IDS, compact=compact)
     return {"nonzeros": nonzeros}
 
 
 def open_index(folder: Path, manifest: IndexManifest | None, encoder: SpladeEncoder | None, *,
-               threads: int) -> EmbeddedIndex:
+               threads: int, options: EmbeddedOptions | None = None) -> EmbeddedIndex:
     """The backend's ``open`` (``encoder`` None: only pre-encoded queries can be searched)."""
     if manifest is None:
         raise ApcirError("an embedded index needs its manifest", path=folder)
+    recorded = layout(manifest)
+    if options is not None and "postings" in options.model_fields_set and options.postings != recorded:
+        raise ApcirError(f"this embedded index was built with postings {recorded}, not {options.postings} (leave "
+                         "postings out, or build the index again with it)", path=folder)
     return EmbeddedIndex(folder, manifest, encoder)
+
+
+def layout(manifest: IndexManifest) -> str:
+    """The index's posting layout: ``exact`` or ``compact`` (recorded in its manifest)."""
+    return str(manifest.options.get("postings", "exact"))
 
 
 def passage_vectors(index_dir: Path) -> tuple[sp.csr_matrix, list[str]]:
@@ -121,6 +146,8 @@ def passage_vectors(index_dir: Path) -> tuple[sp.csr_matrix, list[str]]:
 def load_embedded(index_dir: Path) -> tuple[sp.csr_matrix, list[str]]:
     """Postings (vocabulary x passages, over the memory-mapped arrays) and the passage ids."""
     arrays = open_arrays(index_dir)
+    if "codes" in arrays:
+        raise ApcirError(NO_VECTORS, path=index_dir)
     ids = read_text(index_dir / IDS, "index id map").splitlines()
     postings = sp.csr_matrix((arrays["data"], arrays["indices"], arrays["indptr"]),
                              shape=(arrays["indptr"].shape[0] - 1, arrays["ids"].shape[0]), copy=False)
@@ -132,21 +159,47 @@ def open_arrays(index_dir: Path) -> dict[str, np.ndarray]:
     converted first."""
     if not (index_dir / IDS).is_file():
         raise ApcirError(f"embedded index is incomplete: {IDS} is missing", path=index_dir)
+    if array_path(index_dir, "codes").is_file():
+        return _open_compact(index_dir)
     if not all(array_path(index_dir, name).is_file() for name in ARRAYS) or not (index_dir / ID_ARRAY).is_file():
         _convert(index_dir)
-    arrays: dict[str, np.ndarray] = {}
-    for name, path in [*((n, array_path(index_dir, n)) for n in ARRAYS), ("ids", index_dir / ID_ARRAY)]:
-        try:
-            arrays[name] = np.load(path, mmap_mode="r", allow_pickle=False).view(np.ndarray)
-        except (ValueError, OSError, EOFError) as exc:
-            raise ApcirError(f"embedded index is corrupt: {path.name} cannot be read ({exc}); rebuild it with "
-                             "`apcir index build ... --overwrite`", path=index_dir) from None
+    arrays = {name: _load(path, index_dir)
+              for name, path in [*((n, array_path(index_dir, n)) for n in ARRAYS), ("ids", index_dir / ID_ARRAY)]}
     n_terms, nnz = arrays["indptr"].shape[0] - 1, arrays["data"].shape[0]
     if (arrays["indices"].shape[0] != nnz or arrays["local"].shape[0] != nnz or int(arrays["indptr"][-1]) != nnz
             or arrays["bounds"].shape[0] != n_terms):
         raise ApcirError("embedded index is inconsistent: its posting arrays disagree; rebuild it with "
                          "`apcir index build ... --overwrite`", path=index_dir)
     return arrays
+
+
+def _load(path: Path, index_dir: Path) -> np.ndarray:
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False).view(np.ndarray)
+    except (ValueError, OSError, EOFError) as exc:
+        raise ApcirError(f"embedded index is corrupt: {path.name} cannot be read ({exc}); rebuild it with "
+                         "`apcir index build ... --overwrite`", path=index_dir) from None
+
+
+def _open_compact(index_dir: Path) -> dict[str, np.ndarray]:
+    names = [("indptr", array_path(index_dir, "indptr")), *((n, array_path(index_dir, n)) for n in COMPACT_ARRAYS),
+             ("ids", index_dir / ID_ARRAY)]
+    missing = [path.name for _, path in names if not path.is_file()]
+    if missing:
+        raise ApcirError(f"compact embedded index is incomplete: {', '.join(missing)} missing; rebuild it with "
+                         "`apcir index build ... --overwrite`", path=index_dir)
+    arrays = {name: _load(path, index_dir) for name, path in names}
+    try:
+        CompactEngine(compact_postings(arrays), arrays["ids"].shape[0], BLOCK)
+    except ApcirError:
+        raise ApcirError("compact embedded index is inconsistent: its arrays disagree; rebuild it with "
+                         "`apcir index build ... --overwrite`", path=index_dir) from None
+    return arrays
+
+
+def compact_postings(arrays: dict[str, np.ndarray]) -> CompactPostings:
+    """The compact layout's arrays among an index's (:func:`open_arrays`)."""
+    return CompactPostings(**{name: arrays[name] for name in ("indptr", *COMPACT_ARRAYS)})
 
 
 def _convert(index_dir: Path) -> None:
@@ -218,7 +271,8 @@ class EmbeddedIndex:
                 f"index vocabulary has {self.vocab_size} entries but {encoder.name} has {encoder.vocab_size}",
                 path=index_dir,
             )
-        self._engine: SparseEngine | None = None
+        self.compact = "codes" in self.arrays
+        self._engine: SparseEngine | CompactEngine | None = None
 
     @property
     def vocab_size(self) -> int:
@@ -227,11 +281,15 @@ class EmbeddedIndex:
     @property
     def postings(self) -> sp.csr_matrix:
         """The term-major postings as a CSR matrix over the mapped arrays (no copy)."""
+        if self.compact:
+            raise ApcirError(NO_VECTORS, path=self.index_dir)
         return sp.csr_matrix((self.arrays["data"], self.arrays["indices"], self.arrays["indptr"]),
                              shape=(self.vocab_size, len(self.ids)), copy=False)
 
     @property
-    def engine(self) -> SparseEngine:
+    def engine(self) -> SparseEngine | CompactEngine:
+        if self._engine is None and self.compact:
+            self._engine = CompactEngine(compact_postings(self.arrays), len(self.ids), BLOCK)
         if self._engine is None:
             self._engine = SparseEngine.mapped(self.arrays["bounds"], self.arrays["local"], self.arrays["data"],
                                                len(self.ids))

@@ -43,6 +43,18 @@ class BackendOptions(Options):
         return None
 
 
+class EmbeddedOptions(BackendOptions):
+    """The embedded index's posting layout."""
+
+    BUILD_KEYS: ClassVar[tuple[str, ...]] = ("postings",)
+
+    postings: Literal["exact", "compact"] = Field(
+        "exact", description="exact: float32 impacts, 6 bytes a posting searched, the exact top k; compact: 9-bit "
+        "impacts per term and delta-coded offsets, about 2.2 bytes a posting (a collection larger than memory: "
+        "ClueWeb22-B in under 64 GB), the top k of the quantised scores; set when the index is built and recorded in "
+        "its manifest")
+
+
 class BM25Options(BackendOptions):
     """BM25's parameters, applied when searching (Lucene keeps term frequencies and lengths, not scores)."""
 

@@ -34,6 +34,7 @@ for the second pass (as much disk again as the chunks); apcir's build hands the 
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 from collections.abc import Iterable, Iterator
@@ -46,6 +47,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from apcir.io import atomic_write
+from apcir.retrieval.compact import encode_terms, term_scales
 from apcir.retrieval.engine import BLOCK, engine_arrays
 
 GROUP_POSTINGS = 16_000_000
@@ -56,6 +58,7 @@ BOUNDS_BYTES = 64 << 20
 """At most this much of the term x block table is computed at a time."""
 IDS_AT_ONCE = 1_000_000
 SPILL = "embedded-chunks"
+SCRATCH = "embedded-scratch"
 
 Chunks = Iterable[tuple[list[str], sp.csr_matrix]]
 
@@ -133,9 +136,14 @@ class _Counted:
         return array
 
 
-def write_postings(chunks: Chunks, vocab_size: int, *, work: Path, files: dict[str, Path], ids_txt: Path) -> int:
+def write_postings(chunks: Chunks, vocab_size: int, *, work: Path, files: dict[str, Path], ids_txt: Path,
+                   compact: bool = False) -> int:
     """Write the embedded index's arrays (``files``: array name -> path, ``ids`` the id array) and ``ids_txt``
-    from encoded chunks (passages x vocabulary each), with bounded memory; returns the number of postings."""
+    from encoded chunks (passages x vocabulary each), with bounded memory; returns the number of postings.
+
+    ``compact``: the postings as :mod:`apcir.retrieval.compact` stores them (``files`` names its arrays instead of
+    ``local`` and ``bounds``); the passage numbers and float weights are then
+    written in ``work`` only (8 bytes a posting of scratch disk) and removed at the end."""
     again, first = _reiterable(chunks, work)
     counted = _Counted()
     for ids, matrix in first:
@@ -158,16 +166,24 @@ def write_postings(chunks: Chunks, vocab_size: int, *, work: Path, files: dict[s
     np.cumsum(counts, out=indptr[1:])
     nnz = int(indptr[-1])
     _save(files["indptr"], indptr)
+    scratch = work / SCRATCH
+    if compact:
+        scratch.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
-        indices = _NpyFile(stack, files["indices"], np.dtype(np.int32), (nnz,))
-        data = _NpyFile(stack, files["data"], np.dtype(np.float32), (nnz,))
+        indices = _NpyFile(stack, scratch / "indices.npy" if compact else files["indices"], np.dtype(np.int32),
+                           (nnz,))
+        data = _NpyFile(stack, scratch / "data.npy" if compact else files["data"], np.dtype(np.float32), (nnz,))
         _place(again, rank, indptr, indices, data)
         del rank
-        local = _NpyFile(stack, files["local"], np.dtype(np.uint16), (nnz,))
         n_blocks = (n + BLOCK - 1) // BLOCK
-        bounds = _NpyFile(stack, files["bounds"], np.dtype(np.int64), (vocab, n_blocks + 1))
-        _finish(indptr, n, indices, data, local, bounds, sort=not in_order)
+        if compact:
+            _finish(indptr, n, indices, data, sort=not in_order, compact=_CompactFiles(stack, files, vocab, n_blocks, nnz))
+        else:
+            bounds = _NpyFile(stack, files["bounds"], np.dtype(np.int64), (vocab, n_blocks + 1))
+            local = _NpyFile(stack, files["local"], np.dtype(np.uint16), (nnz,))
+            _finish(indptr, n, indices, data, sort=not in_order, exact=(local, bounds))
     shutil.rmtree(work / SPILL, ignore_errors=True)
+    shutil.rmtree(scratch, ignore_errors=True)
     return nnz
 
 
@@ -203,6 +219,17 @@ class _NpyFile:
         array = np.ascontiguousarray(array, dtype=self.dtype)
         self.write_at(self.appended, array.ravel())
         self.appended += array.size
+
+    def shrink(self, count: int) -> None:
+        """Make a one-dimensional file sized for its most elements hold its first ``count`` (the header's shape
+        rewritten: numpy pads it to the same length for any count)."""
+        header = io.BytesIO()
+        np.lib.format.write_array_header_1_0(header, {"descr": np.lib.format.dtype_to_descr(self.dtype),
+                                                      "fortran_order": False, "shape": (count,)})
+        if len(header.getvalue()) != self.start:
+            raise ValueError("the header's length would change")
+        os.pwrite(self.fd, header.getvalue(), 0)
+        os.ftruncate(self.fd, self.start + count * self.dtype.itemsize)
 
 
 def _save(path: Path, array: np.ndarray) -> None:
@@ -267,23 +294,63 @@ def _ranges(indptr: np.ndarray, terms_at_once: int) -> Iterator[tuple[int, int]]
         start = end
 
 
-def _finish(indptr: np.ndarray, n: int, indices: _NpyFile, data: _NpyFile, local: _NpyFile, bounds: _NpyFile,
-            *, sort: bool) -> None:
-    """Pass 3: sort the posting lists that need it, then the engine's offsets and term x block table."""
+class _CompactFiles:
+    """The compact layout's files (:mod:`apcir.retrieval.compact`), written a range of terms at a time."""
+
+    def __init__(self, stack: ExitStack, files: dict[str, Path], vocab: int, n_blocks: int, nnz: int) -> None:
+        self.codes = _NpyFile(stack, files["codes"], np.dtype(np.uint16), (nnz,))
+        self.exceptions = _NpyFile(stack, files["exceptions"], np.dtype(np.uint16), (nnz,))  # shrunk at the end
+        self.cbounds = _NpyFile(stack, files["cbounds"], np.dtype(np.uint32), (vocab, n_blocks + 1))
+        self.ebounds = _NpyFile(stack, files["ebounds"], np.dtype(np.uint32), (vocab, n_blocks + 1))
+        self.scale = _NpyFile(stack, files["scale"], np.dtype(np.float32), (vocab,))
+        self.ebase_path = files["ebase"]
+        self.ebase = [np.zeros(1, dtype=np.int64)]
+        self.written = 0
+
+    def add(self, lo: int, relative: np.ndarray, table: np.ndarray, offsets: np.ndarray, weights: np.ndarray) -> None:
+        scale = term_scales(relative, weights)
+        codes, exceptions, cbounds, ebounds, counts = encode_terms(relative, table, offsets, weights, scale)
+        self.codes.write_at(lo, codes)
+        self.exceptions.write_at(self.written, exceptions)
+        self.ebase.append(self.written + np.cumsum(counts))
+        self.written += exceptions.size
+        self.cbounds.append(cbounds)
+        self.ebounds.append(ebounds)
+        self.scale.append(scale)
+
+    def close(self) -> None:
+        self.exceptions.shrink(self.written)
+        _save(self.ebase_path, np.concatenate(self.ebase))
+
+
+def _finish(indptr: np.ndarray, n: int, indices: _NpyFile, data: _NpyFile, *, sort: bool,
+            exact: tuple[_NpyFile, _NpyFile] | None = None, compact: _CompactFiles | None = None) -> None:
+    """Pass 3: sort the posting lists that need it, then the engine's offsets and term x block table (``exact``:
+    the ``local`` and ``bounds`` files), or the compact layout's arrays (``compact``)."""
     n_blocks = (n + BLOCK - 1) // BLOCK
     for t0, t1 in _ranges(indptr, max(1, BOUNDS_BYTES // (8 * (n_blocks + 1)))):
         lo, hi = int(indptr[t0]), int(indptr[t1])
         numbers = indices.read(lo, hi - lo)
         relative = indptr[t0 : t1 + 1] - lo
-        if sort and not _lists_sorted(relative, numbers):
-            weights = data.read(lo, hi - lo)
+        unsorted = sort and not _lists_sorted(relative, numbers)
+        weights = data.read(lo, hi - lo) if unsorted or compact is not None else None
+        if unsorted:
+            assert weights is not None
             _sort_lists(relative, numbers, weights)
             indices.write_at(lo, numbers)
             data.write_at(lo, weights)
         table, offsets = engine_arrays(relative, numbers, n, BLOCK)
-        table += lo
-        local.append(offsets)
-        bounds.append(table)
+        if compact is not None:
+            assert weights is not None
+            compact.add(lo, relative, table, offsets, weights)
+        else:
+            assert exact is not None
+            local, bounds = exact
+            table += lo
+            local.append(offsets)
+            bounds.append(table)
+    if compact is not None:
+        compact.close()
 
 
 @numba.njit(cache=True)

@@ -31,7 +31,14 @@ from pydantic import ValidationError
 from apcir.errors import ApcirError
 from apcir.options import Options
 from apcir.registry import Registry, call_ref
-from apcir.retrieval.options import BackendOptions, BM25Options, ImpactOptions, PisaOptions, PyTerrierOptions
+from apcir.retrieval.options import (
+    BackendOptions,
+    BM25Options,
+    EmbeddedOptions,
+    ImpactOptions,
+    PisaOptions,
+    PyTerrierOptions,
+)
 
 EncoderKind = Literal["splade", "dense"]
 
@@ -187,7 +194,7 @@ BACKENDS.add(BackendSpec(
     "embedded", "exact SPLADE search over a memory-mapped inverted index (apcir's numba engine); indexes larger "
     "than memory search at page-cache speed",
     "splade", build="apcir.retrieval.embedded:write_index", open="apcir.retrieval.embedded:open_index",
-    needs="nothing beyond numpy/scipy at search time (plus the encoder for queries)"))
+    needs="nothing beyond numpy/scipy at search time (plus the encoder for queries)", options=EmbeddedOptions))
 BACKENDS.add(BackendSpec(
     "lucene-splade", "SPLADE over a Lucene impact index (pyserini JsonVectorCollection, LuceneImpactSearcher)",
     "splade", build="apcir.retrieval.lucene:write_impact_index", open="apcir.retrieval.lucene:open_impact_index",
