@@ -31,9 +31,10 @@ from apcir.contract.records import Run
 from apcir.contract.reformulations import LIST_NAMES, load_reformulations
 from apcir.contract.responses import load_responses
 from apcir.contract.runs import load_run, ranking
-from apcir.contract.stage import Stage, StageContext, StageResult, an_output, not_an_input
+from apcir.contract.stage import StageContext, StageResult
 from apcir.errors import ApcirError
 from apcir.evaluation.results import read_metrics
+from apcir.evaluation.stage import RunPageStage
 from apcir.io import iter_jsonl, read_json, write_text
 
 TOP = 10
@@ -221,13 +222,10 @@ PAGE = Path(__file__).with_name("inspector.html").read_text(encoding="utf-8")
 
 
 @dataclass
-class InspectStage(Stage):
-    """``inspect.html``: the run inspector of one run directory, redone when the files it shows change."""
+class InspectStage(RunPageStage):
+    """``inspect.html``: the run inspector of one run directory, whose files are those it shows."""
 
-    files: list[Path]
     template: Path
-    run_dir: Path = not_an_input()
-    out: Path = an_output()
 
     @property
     def name(self) -> str:

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -271,15 +271,22 @@ class EvaluateStage(Stage):
 
 
 @dataclass
-class ReportStage(Stage):
-    """``report/``: the report of one run directory (:func:`apcir.evaluation.report.write_report`), redone when
-    the files it reads change: the metrics, the fusion record, the levels, the weights and the lists (the weight
-    landscape)."""
+class RunPageStage(Stage):
+    """A page of one run directory (``run_dir``), written to ``out`` and redone when the files it reads (``files``)
+    change."""
+
+    files: list[Path]
+    _: KW_ONLY
+    run_dir: Path = not_an_input()
+    out: Path = an_output()
+
+
+@dataclass
+class ReportStage(RunPageStage):
+    """``report/``: the report of one run directory (:func:`apcir.evaluation.report.write_report`), whose files are
+    the metrics, the fusion record, the levels, the weights and the lists (the weight landscape)."""
 
     code: ClassVar[tuple[str, ...]] = ("apcir.fusion.systems", "apcir.metrics.significance")
-    files: list[Path]
-    out: Path = an_output()
-    run_dir: Path = not_an_input()
     metrics: RunMetrics = not_an_input()
 
     @property

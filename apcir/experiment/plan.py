@@ -159,13 +159,14 @@ def report(layout: RunLayout, metrics: RunMetrics) -> ReportStage:
     """The report reads the metrics, the fusion record, the levels, the weights and the lists of the run directory."""
     sources = [layout.metrics, layout.fusion_record, layout.levels, layout.annotator_levels]
     sources += sorted(layout.root.glob("weights*.json")) + list(layout.list_runs().values())
-    return ReportStage([p for p in sources if p.exists()], layout.report_dir / "report.md", layout.root, metrics)
+    return ReportStage([p for p in sources if p.exists()], metrics, run_dir=layout.root,
+                       out=layout.report_dir / "report.md")
 
 
 def inspect(layout: RunLayout) -> InspectStage:
     sources = [layout.metrics, layout.reformulations, layout.responses, layout.fused]
     sources += list(layout.list_runs().values()) + list(layout.system_runs().values())
-    return InspectStage([p for p in sources if p.exists()], TEMPLATE, layout.root, layout.inspector)
+    return InspectStage([p for p in sources if p.exists()], TEMPLATE, run_dir=layout.root, out=layout.inspector)
 
 
 def list_outs(layout: RunLayout) -> dict[str, Path]:

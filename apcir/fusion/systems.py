@@ -29,16 +29,7 @@ from apcir.console import warn
 from apcir.contract.records import Run
 from apcir.contract.reformulations import LIST_NAMES
 from apcir.contract.runs import ranking
-from apcir.fusion.baselines import (
-    deps_weights,
-    deps_weights_from_vectors,
-    entropy_weights,
-    equal_weights,
-    random_fusion,
-    round_robin,
-    rrf,
-    single_list,
-)
+from apcir.fusion import baselines
 from apcir.fusion.linear import fuse_per_turn
 from apcir.fusion.tuning import Constraint, no_third
 from apcir.registry import Registry
@@ -115,24 +106,24 @@ class SystemSpec:
 
 
 def _list(index: int) -> Callable[[SystemInputs], Run]:
-    return lambda x: single_list(x.lists, index, norm=x.norm, depth=x.depth)
+    return lambda x: baselines.single_list(x.lists, index, norm=x.norm, depth=x.depth)
 
 
 def _entropy(x: SystemInputs) -> Run:
     assert x.encode is not None
     turns = x.turns()
-    weights = entropy_weights({t: list(x.profiles.get(t, ())) for t in turns}, x.encode, len(x.lists))
+    weights = baselines.entropy_weights({t: list(x.profiles.get(t, ())) for t in turns}, x.encode, len(x.lists))
     return fuse_per_turn(x.lists, weights, norm=x.norm, depth=x.depth)
 
 
 def _deps(x: SystemInputs) -> Run:
     turns = x.turns()
     if x.vectors is not None:
-        weights = deps_weights_from_vectors(x.vectors.personalised(turns), x.lists, x.vectors.passages)
+        weights = baselines.deps_weights_from_vectors(x.vectors.personalised(turns), x.lists, x.vectors.passages)
     else:
         assert x.encode is not None
-        weights = deps_weights({t: x.personalised[t] for t in turns if t in x.personalised}, x.lists, x.passages,
-                               x.encode)
+        weights = baselines.deps_weights({t: x.personalised[t] for t in turns if t in x.personalised}, x.lists,
+                                         x.passages, x.encode)
     return fuse_per_turn(x.lists, weights, norm=x.norm, depth=x.depth)
 
 
@@ -162,11 +153,11 @@ SYSTEMS.add(SystemSpec("no-personalisation", "No personalisation", ("weights",),
                        "w3 = 0; w1, w2 tuned per level with the same protocol", "tuned",
                        variant=Variant(constraint=no_third)))
 SYSTEMS.add(SystemSpec("random", "Random personalisation", ("weights",), "seeded random weights per turn", "fixed",
-                       build=lambda x: random_fusion(x.lists, x.seed, norm=x.norm, depth=x.depth)))
+                       build=lambda x: baselines.random_fusion(x.lists, x.seed, norm=x.norm, depth=x.depth)))
 EQUAL = "equal"
 """Equal weights: the report's "tuned vs equal" figure compares APCIR with it."""
 SYSTEMS.add(SystemSpec(EQUAL, "Equal personalisation", ("weights",), "w1 = w2 = w3 = 1/3", "fixed",
-                       build=lambda x: equal_weights(x.lists, norm=x.norm, depth=x.depth), in_figures=True))
+                       build=lambda x: baselines.equal_weights(x.lists, norm=x.norm, depth=x.depth), in_figures=True))
 SYSTEMS.add(SystemSpec("entropy", "User-profile entropy", ("weights",),
                        "w3 = normalised topic entropy of the profile; w1 = w2 = (1-w3)/2", "fixed",
                        build=_entropy, needs=(("encode", "profiles"),)))
@@ -177,9 +168,9 @@ SYSTEMS.add(SystemSpec("no-levels", "No levels", ("fusion",),
                        "one weight vector for every turn, tuned with the same protocol", "tuned",
                        variant=Variant(pooled=True), in_figures=True))
 SYSTEMS.add(SystemSpec("rrf", "Reciprocal rank fusion", ("fusion",), "RRF, k = 60", "fixed",
-                       build=lambda x: rrf(x.lists, x.rrf_k, x.depth)))
+                       build=lambda x: baselines.rrf(x.lists, x.rrf_k, x.depth)))
 SYSTEMS.add(SystemSpec("round-robin", "Round-robin", ("fusion",), "rank 1 of each list, then rank 2, ...", "fixed",
-                       build=lambda x: round_robin(x.lists, x.depth)))
+                       build=lambda x: baselines.round_robin(x.lists, x.depth)))
 SYSTEMS.add(SystemSpec("qr-fusion", "Query representation fusion", ("fusion",),
                        "one query per turn: w1*E(q') + w2*E(q'+r') + w3*E(third) with APCIR's level weights, "
                        "searched once", "representation"))

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+
+from pydantic import BaseModel, Field
 
 from apcir.console import progress as progress_bar
 from apcir.errors import ApcirError
@@ -30,20 +32,20 @@ class Ranked:
     scores: list[float]
 
 
-@dataclass
-class RerankStats:
-    """Counters a re-ranker adds to the stage summary (the LLM ones stay 0 for local models)."""
+class RerankStats(BaseModel):
+    """Counters a re-ranker adds to the stage summary (the LLM ones stay 0 for local models); the summary
+    (:class:`apcir.reranking.stage.RerankSummary`) carries them as they are."""
 
     pairs_scored: int = 0
     windows: int = 0
     requests: int = 0
     cache_hits: int = 0
     failed_windows: int = 0
-    failed: list[str] = field(default_factory=list)
+    failed: list[str] = Field(default_factory=list)
     """``turn#window`` of every window whose answer could not be used (its order was kept)."""
-    missing_ids: int = 0
-    duplicate_ids: int = 0
-    unknown_ids: int = 0
+    missing_ids: int = Field(0, description="rankgpt: passages an answer left out (appended in their order)")
+    duplicate_ids: int = Field(0, description="rankgpt: repeated ids in answers (ignored)")
+    unknown_ids: int = Field(0, description="rankgpt: ids outside the window in answers (ignored)")
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float | None = None

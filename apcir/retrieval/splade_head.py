@@ -34,7 +34,7 @@ import queue
 import sys
 import threading
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -244,6 +244,7 @@ def _plain_splade(sparse_encoder: Any) -> tuple[Any, str] | None:
     return (model, pooling.activation_function) if model is not None else None
 
 
+@dataclass(eq=False, repr=False)
 class SpladeHead:
     """A SPLADE masked-language model run as transformer + head in pieces (see the module docstring).
 
@@ -251,19 +252,20 @@ class SpladeHead:
     slices of ``head_tokens`` tokens (the GPU way). :meth:`of` picks by the device unless ``head_tokens`` is
     given."""
 
-    def __init__(self, model: Any, parts: HeadParts, activation: str, device: str, head_tokens: int = HEAD_TOKENS,
-                 vocab_block: int | None = None) -> None:
-        if head_tokens < 1:
-            raise ApcirError(f"head_tokens must be a positive number of tokens, got {head_tokens}")
-        if vocab_block is not None and vocab_block < 1:
-            raise ApcirError(f"vocab_block must be a positive number of vocabulary entries, got {vocab_block}")
-        self.model = model
-        self.parts = parts
-        self.activation = activation
-        self.device = device
-        self.head_tokens = head_tokens
-        self.vocab_block = vocab_block
-        self.vocab_size = int(model.config.vocab_size)
+    model: Any
+    parts: HeadParts
+    activation: str
+    device: str
+    head_tokens: int = HEAD_TOKENS
+    vocab_block: int | None = None
+    vocab_size: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.head_tokens < 1:
+            raise ApcirError(f"head_tokens must be a positive number of tokens, got {self.head_tokens}")
+        if self.vocab_block is not None and self.vocab_block < 1:
+            raise ApcirError(f"vocab_block must be a positive number of vocabulary entries, got {self.vocab_block}")
+        self.vocab_size = int(self.model.config.vocab_size)
 
     @classmethod
     def of(cls, sparse_encoder: Any, device: str, tokenizer: Any, head_tokens: int | None = None) -> SpladeHead | None:
