@@ -33,19 +33,18 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
-import scipy.sparse as sp
 
 from apcir.errors import ApcirError
 from apcir.retrieval.engine import (
     BLOCK,
-    MAX_K,
     SPARSE_FRACTION,
-    TopK,
+    BlockSearch,
     _heap_to_sorted,
-    _offer,
-    _threads,
-    canonical_query,
+    _merge_parts,
+    _offer_block,
+    _take,
     engine_arrays,
+    part_range,
 )
 
 LEVELS = 511
@@ -203,25 +202,9 @@ def _search_range(indptr, codes, exceptions, ebase, cbounds, ebounds, n_passages
                         e += 1
                     else:
                         current += gap
-                    s = acc[current]
-                    if s != 0:
-                        acc[current] = 0
-                        if s > 0:
-                            size = _offer(hs, hd, size, k, s, b0 + current)
+                    size = _take(acc, current, b0, hs, hd, size, k)
         else:
-            if size < k:
-                for i in range(n):
-                    s = acc[i]
-                    if s > 0:
-                        size = _offer(hs, hd, size, k, s, b0 + i)
-            else:
-                threshold = hs[0]
-                for i in range(n):
-                    s = acc[i]
-                    if s >= threshold and s > 0:
-                        size = _offer(hs, hd, size, k, s, b0 + i)
-                        threshold = hs[0]
-            acc[:n] = 0
+            size = _offer_block(acc, n, b0, hs, hd, size, k)
     return size
 
 
@@ -244,28 +227,18 @@ def _search_batch(indptr, codes, exceptions, ebase, cbounds, ebounds, n_passages
 def _search_split(indptr, codes, exceptions, ebase, cbounds, ebounds, n_passages, terms, weights, k, block, parts,
                   out_d, out_s):  # type: ignore[no-untyped-def]
     """One query, its blocks cut into ``parts`` contiguous runs searched in parallel, heaps merged."""
-    n_blocks = cbounds.shape[1] - 1
-    per = (n_blocks + parts - 1) // parts
     all_s = np.empty((parts, k), dtype=np.float32)
     all_d = np.empty((parts, k), dtype=np.int32)
     sizes = np.zeros(parts, dtype=np.int64)
     for part in numba.prange(parts):
-        first = min(part * per, n_blocks)
-        last = min((part + 1) * per, n_blocks)
+        first, last = part_range(part, parts, cbounds.shape[1] - 1)
         if first < last:
             sizes[part] = _search_range(indptr, codes, exceptions, ebase, cbounds, ebounds, n_passages, terms,
                                         weights, k, first, last, block, all_s[part], all_d[part])
-    hs = np.empty(k, dtype=np.float32)
-    hd = np.empty(k, dtype=np.int32)
-    size = 0
-    for part in range(parts):
-        for i in range(sizes[part]):
-            size = _offer(hs, hd, size, k, all_s[part, i], all_d[part, i])
-    _heap_to_sorted(hs, hd, size, out_s, out_d)
-    return size
+    return _merge_parts(all_s, all_d, sizes, k, out_d, out_s)
 
 
-class CompactEngine:
+class CompactEngine(BlockSearch):
     """Top k of the quantised scores over compact postings (the search API of
     :class:`~apcir.retrieval.engine.SparseEngine`)."""
 
@@ -290,57 +263,15 @@ class CompactEngine:
         return c.indptr, c.codes, c.exceptions, c.ebase, c.cbounds, c.ebounds
 
     def _query(self, terms: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        terms, weights, _ = canonical_query(terms, weights, self.n_terms)
+        terms, weights = super()._query(terms, weights)
         return terms, (weights * self.scale[terms]).astype(np.float32)
 
-    @staticmethod
-    def _check_k(k: int) -> int:
-        if not 1 <= k <= MAX_K:
-            raise ApcirError(f"depth k must be between 1 and {MAX_K:,}, got {k}")
-        return int(k)
+    def _split(self, terms: np.ndarray, weights: np.ndarray, k: int, parts: int, out_d: np.ndarray,
+               out_s: np.ndarray) -> int:
+        return int(_search_split(*self._arrays(), self.n_passages, terms, weights, k, self.block, parts,  # type: ignore[call-arg]
+                                 out_d, out_s))
 
-    def search(self, terms: np.ndarray, weights: np.ndarray, k: int = 1000, *,
-               parallel: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """One query: (passage indices int32, scores float32), best first, at most k."""
-        k = self._check_k(k)
-        terms, weights = self._query(terms, weights)
-        out_d = np.full(k, -1, dtype=np.int32)
-        out_s = np.zeros(k, dtype=np.float32)
-        if terms.size == 0 or self.n_passages == 0:
-            return out_d[:0], out_s[:0]
-        parts = numba.get_num_threads() if parallel else 1
-        with _threads(None if parallel else 1):
-            size = _search_split(*self._arrays(), self.n_passages, terms, weights, k, self.block, parts, out_d,  # type: ignore[call-arg]
-                                 out_s)
-        return out_d[:size], out_s[:size]
-
-    def search_batch(self, q_indptr: np.ndarray, q_terms: np.ndarray, q_weights: np.ndarray, k: int = 1000, *,
-                     parallel: bool = True) -> TopK:
-        """Queries in CSR form (query q's terms are ``q_terms[q_indptr[q]:q_indptr[q+1]]``)."""
-        k = self._check_k(k)
-        q_indptr = np.asarray(q_indptr, dtype=np.int64)
-        nq = q_indptr.shape[0] - 1
-        c_indptr = np.zeros(nq + 1, dtype=np.int64)
-        c_terms, c_weights = [], []
-        for q in range(nq):
-            t, w = self._query(q_terms[q_indptr[q]:q_indptr[q + 1]], q_weights[q_indptr[q]:q_indptr[q + 1]])
-            c_terms.append(t)
-            c_weights.append(w)
-            c_indptr[q + 1] = c_indptr[q] + t.size
-        terms = np.concatenate(c_terms) if c_terms else np.zeros(0, np.int64)
-        weights = np.concatenate(c_weights) if c_weights else np.zeros(0, np.float32)
-        out_d = np.full((nq, k), -1, dtype=np.int32)
-        out_s = np.zeros((nq, k), dtype=np.float32)
-        counts = np.zeros(nq, dtype=np.int64)
-        if nq and self.n_passages:
-            with _threads(None if parallel else 1):
-                _search_batch(*self._arrays(), self.n_passages, c_indptr, terms, weights, k, self.block, out_d,  # type: ignore[call-arg]
-                              out_s, counts)
-        return TopK(out_d, out_s, counts)
-
-    def search_matrix(self, queries: sp.csr_matrix, k: int = 1000, *, parallel: bool = True) -> TopK:
-        """Rows of a sparse query matrix (queries x vocabulary)."""
-        queries = sp.csr_matrix(queries)
-        if queries.shape[1] > self.n_terms:
-            raise ApcirError(f"queries have {queries.shape[1]} columns but the index {self.n_terms} terms")
-        return self.search_batch(queries.indptr, queries.indices, queries.data, k, parallel=parallel)
+    def _batch(self, q_indptr: np.ndarray, terms: np.ndarray, weights: np.ndarray, k: int, out_d: np.ndarray,
+               out_s: np.ndarray, counts: np.ndarray) -> None:
+        _search_batch(*self._arrays(), self.n_passages, q_indptr, terms, weights, k, self.block,  # type: ignore[call-arg]
+                      out_d, out_s, counts)

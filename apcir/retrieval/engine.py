@@ -227,28 +227,61 @@ def _search_range(
             for j in range(nt):
                 t = terms[j]
                 for p in range(bounds[t, b], bounds[t, b + 1]):
-                    i = local[p]
-                    s = acc[i]
-                    if s != 0:
-                        acc[i] = 0
-                        if s > 0:
-                            size = _offer(hs, hd, size, k, s, b0 + i)
+                    size = _take(acc, local[p], b0, hs, hd, size, k)
         else:
-            n = b1 - b0
-            if size < k:
-                for i in range(n):
-                    s = acc[i]
-                    if s > 0:
-                        size = _offer(hs, hd, size, k, s, b0 + i)
-            else:
-                threshold = hs[0]
-                for i in range(n):
-                    s = acc[i]
-                    if s >= threshold and s > 0:
-                        size = _offer(hs, hd, size, k, s, b0 + i)
-                        threshold = hs[0]
-            acc[:n] = 0
+            size = _offer_block(acc, b1 - b0, b0, hs, hd, size, k)
     return size
+
+
+@numba.njit(cache=True, inline="always")
+def _take(acc: np.ndarray, i: int, b0: int, hs: np.ndarray, hd: np.ndarray, size: int, k: int) -> int:
+    """A sparse block's entry ``i``: offered when positive, then cleared (a later posting of it finds 0)."""
+    s = acc[i]
+    if s != 0:
+        acc[i] = 0
+        if s > 0:
+            size = _offer(hs, hd, size, k, s, b0 + i)
+    return size
+
+
+@numba.njit(cache=True, inline="always")
+def _offer_block(acc: np.ndarray, n: int, b0: int, hs: np.ndarray, hd: np.ndarray, size: int, k: int) -> int:
+    """Offer a dense block's ``n`` accumulated scores (passages ``b0 + i``) to the heap, then clear them."""
+    if size < k:
+        for i in range(n):
+            s = acc[i]
+            if s > 0:
+                size = _offer(hs, hd, size, k, s, b0 + i)
+    else:
+        threshold = hs[0]
+        for i in range(n):
+            s = acc[i]
+            if s >= threshold and s > 0:
+                size = _offer(hs, hd, size, k, s, b0 + i)
+                threshold = hs[0]
+    acc[:n] = 0
+    return size
+
+
+@numba.njit(cache=True)
+def _merge_parts(all_s: np.ndarray, all_d: np.ndarray, sizes: np.ndarray, k: int, out_d: np.ndarray,
+                 out_s: np.ndarray) -> int:
+    """The k best of the parts' heaps, best first in ``out_*``; returns how many."""
+    hs = np.empty(k, dtype=np.float32)
+    hd = np.empty(k, dtype=np.int32)
+    size = 0
+    for part in range(all_s.shape[0]):
+        for i in range(sizes[part]):
+            size = _offer(hs, hd, size, k, all_s[part, i], all_d[part, i])
+    _heap_to_sorted(hs, hd, size, out_s, out_d)
+    return size
+
+
+@numba.njit(cache=True, inline="always")
+def part_range(part: int, parts: int, n_blocks: int) -> tuple[int, int]:
+    """The blocks [first, last) of part ``part`` of ``parts`` contiguous runs."""
+    per = (n_blocks + parts - 1) // parts
+    return min(part * per, n_blocks), min((part + 1) * per, n_blocks)
 
 
 @numba.njit(cache=True, parallel=True)
@@ -270,25 +303,15 @@ def _search_batch(
 @numba.njit(cache=True, parallel=True)
 def _search_split(bounds, local, data, n_passages, terms, weights, k, block, parts, out_d, out_s):  # type: ignore[no-untyped-def]
     """One query, its blocks cut into ``parts`` contiguous runs searched in parallel, heaps merged."""
-    n_blocks = bounds.shape[1] - 1
-    per = (n_blocks + parts - 1) // parts
     all_s = np.empty((parts, k), dtype=np.float32)
     all_d = np.empty((parts, k), dtype=np.int32)
     sizes = np.zeros(parts, dtype=np.int64)
     for part in numba.prange(parts):
-        first = min(part * per, n_blocks)
-        last = min((part + 1) * per, n_blocks)
+        first, last = part_range(part, parts, bounds.shape[1] - 1)
         if first < last:
             sizes[part] = _search_range(bounds, local, data, n_passages, terms, weights, k, first, last, block,
                                         all_s[part], all_d[part])
-    hs = np.empty(k, dtype=np.float32)
-    hd = np.empty(k, dtype=np.int32)
-    size = 0
-    for part in range(parts):
-        for i in range(sizes[part]):
-            size = _offer(hs, hd, size, k, all_s[part, i], all_d[part, i])
-    _heap_to_sorted(hs, hd, size, out_s, out_d)
-    return size
+    return _merge_parts(all_s, all_d, sizes, k, out_d, out_s)
 
 
 @numba.njit(cache=True)
@@ -367,7 +390,82 @@ def canonical_query(terms: np.ndarray, weights: np.ndarray, n_terms: int) -> tup
     return terms, weights, absent
 
 
-class SparseEngine:
+class BlockSearch:
+    """The search API of a block-at-a-time engine over ``n_terms`` terms and ``n_passages`` passages: a layout
+    (:class:`SparseEngine`, :class:`apcir.retrieval.compact.CompactEngine`) gives its query form and its kernels."""
+
+    n_terms: int
+    n_passages: int
+    block: int
+
+    def _query(self, terms: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A query as the kernels take it (canonical: :func:`canonical_query`)."""
+        terms, weights, _ = canonical_query(terms, weights, self.n_terms)
+        return terms, weights
+
+    def _split(self, terms: np.ndarray, weights: np.ndarray, k: int, parts: int, out_d: np.ndarray,
+               out_s: np.ndarray) -> int:
+        """One query, its blocks in ``parts`` runs searched in parallel: the count written to ``out_*``."""
+        raise NotImplementedError
+
+    def _batch(self, q_indptr: np.ndarray, terms: np.ndarray, weights: np.ndarray, k: int, out_d: np.ndarray,
+               out_s: np.ndarray, counts: np.ndarray) -> None:
+        """Queries in CSR form, in parallel over the queries."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _check_k(k: int) -> int:
+        if not 1 <= k <= MAX_K:
+            raise ApcirError(f"depth k must be between 1 and {MAX_K:,}, got {k}")
+        return int(k)
+
+    def search(self, terms: np.ndarray, weights: np.ndarray, k: int = 1000, *, parallel: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """One query: (passage indices int32, scores float32), best first, at most k."""
+        k = self._check_k(k)
+        terms, weights = self._query(terms, weights)
+        out_d = np.full(k, -1, dtype=np.int32)
+        out_s = np.zeros(k, dtype=np.float32)
+        if terms.size == 0 or self.n_passages == 0:
+            return out_d[:0], out_s[:0]
+        parts = numba.get_num_threads() if parallel else 1
+        with _threads(None if parallel else 1):
+            size = self._split(terms, weights, k, parts, out_d, out_s)
+        return out_d[:size], out_s[:size]
+
+    def search_batch(
+        self, q_indptr: np.ndarray, q_terms: np.ndarray, q_weights: np.ndarray, k: int = 1000, *,
+        parallel: bool = True,
+    ) -> TopK:
+        """Queries in CSR form (query q's terms are ``q_terms[q_indptr[q]:q_indptr[q+1]]``)."""
+        k = self._check_k(k)
+        q_indptr = np.asarray(q_indptr, dtype=np.int64)
+        nq = q_indptr.shape[0] - 1
+        c_indptr = np.zeros(nq + 1, dtype=np.int64)
+        c_terms, c_weights = [], []
+        for q in range(nq):
+            t, w = self._query(q_terms[q_indptr[q] : q_indptr[q + 1]], q_weights[q_indptr[q] : q_indptr[q + 1]])
+            c_terms.append(t)
+            c_weights.append(w)
+            c_indptr[q + 1] = c_indptr[q] + t.size
+        terms = np.concatenate(c_terms) if c_terms else np.zeros(0, np.int64)
+        weights = np.concatenate(c_weights) if c_weights else np.zeros(0, np.float32)
+        out_d = np.full((nq, k), -1, dtype=np.int32)
+        out_s = np.zeros((nq, k), dtype=np.float32)
+        counts = np.zeros(nq, dtype=np.int64)
+        if nq and self.n_passages:
+            with _threads(None if parallel else 1):
+                self._batch(c_indptr, terms, weights, k, out_d, out_s, counts)
+        return TopK(out_d, out_s, counts)
+
+    def search_matrix(self, queries: sp.csr_matrix, k: int = 1000, *, parallel: bool = True) -> TopK:
+        """Rows of a sparse query matrix (queries x vocabulary)."""
+        queries = sp.csr_matrix(queries)
+        if queries.shape[1] > self.n_terms:
+            raise ApcirError(f"queries have {queries.shape[1]} columns but the index {self.n_terms} terms")
+        return self.search_batch(queries.indptr, queries.indices, queries.data, k, parallel=parallel)
+
+
+class SparseEngine(BlockSearch):
     """Exact top-k over term-major CSR postings (vocabulary x passages)."""
 
     def __init__(
@@ -421,64 +519,15 @@ class SparseEngine:
     def nbytes(self) -> int:
         return int(self.local.nbytes + self.data.nbytes + self.bounds.nbytes)
 
-    def _check_k(self, k: int) -> int:
-        if not 1 <= k <= MAX_K:
-            raise ApcirError(f"depth k must be between 1 and {MAX_K:,}, got {k}")
-        return int(k)
+    def _split(self, terms: np.ndarray, weights: np.ndarray, k: int, parts: int, out_d: np.ndarray,
+               out_s: np.ndarray) -> int:
+        return int(_search_split(self.bounds, self.local, self.data, self.n_passages, terms, weights, k, self.block,
+                                 parts, out_d, out_s))
 
-    def search(self, terms: np.ndarray, weights: np.ndarray, k: int = 1000, *, parallel: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """One query: (passage indices int32, scores float32), best first, at most k."""
-        k = self._check_k(k)
-        terms, weights, _ = canonical_query(terms, weights, self.n_terms)
-        out_d = np.full(k, -1, dtype=np.int32)
-        out_s = np.zeros(k, dtype=np.float32)
-        if terms.size == 0 or self.n_passages == 0:
-            return out_d[:0], out_s[:0]
-        if parallel and numba.get_num_threads() > 1:
-            parts = numba.get_num_threads()
-            size = _search_split(self.bounds, self.local, self.data, self.n_passages, terms, weights, k,
-                                 self.block, parts, out_d, out_s)
-            return out_d[:size], out_s[:size]
-        q_indptr = np.array([0, terms.size], dtype=np.int64)
-        counts = np.zeros(1, dtype=np.int64)
-        with _threads(1):
-            _search_batch(self.bounds, self.local, self.data, self.n_passages, q_indptr, terms, weights, k,
-                          self.block, out_d[None, :], out_s[None, :], counts)
-        return out_d[: counts[0]], out_s[: counts[0]]
-
-    def search_batch(
-        self, q_indptr: np.ndarray, q_terms: np.ndarray, q_weights: np.ndarray, k: int = 1000, *,
-        parallel: bool = True,
-    ) -> TopK:
-        """Queries in CSR form (query q's terms are ``q_terms[q_indptr[q]:q_indptr[q+1]]``)."""
-        k = self._check_k(k)
-        q_indptr = np.asarray(q_indptr, dtype=np.int64)
-        nq = q_indptr.shape[0] - 1
-        c_indptr = np.zeros(nq + 1, dtype=np.int64)
-        c_terms, c_weights = [], []
-        for q in range(nq):
-            t, w, _ = canonical_query(q_terms[q_indptr[q] : q_indptr[q + 1]], q_weights[q_indptr[q] : q_indptr[q + 1]],
-                                      self.n_terms)
-            c_terms.append(t)
-            c_weights.append(w)
-            c_indptr[q + 1] = c_indptr[q] + t.size
-        terms = np.concatenate(c_terms) if c_terms else np.zeros(0, np.int64)
-        weights = np.concatenate(c_weights) if c_weights else np.zeros(0, np.float32)
-        out_d = np.full((nq, k), -1, dtype=np.int32)
-        out_s = np.zeros((nq, k), dtype=np.float32)
-        counts = np.zeros(nq, dtype=np.int64)
-        if nq and self.n_passages:
-            with _threads(None if parallel else 1):
-                _search_batch(self.bounds, self.local, self.data, self.n_passages, c_indptr, terms, weights, k,
-                              self.block, out_d, out_s, counts)
-        return TopK(out_d, out_s, counts)
-
-    def search_matrix(self, queries: sp.csr_matrix, k: int = 1000, *, parallel: bool = True) -> TopK:
-        """Rows of a sparse query matrix (queries x vocabulary)."""
-        queries = sp.csr_matrix(queries)
-        if queries.shape[1] > self.n_terms:
-            raise ApcirError(f"queries have {queries.shape[1]} columns but the index {self.n_terms} terms")
-        return self.search_batch(queries.indptr, queries.indices, queries.data, k, parallel=parallel)
+    def _batch(self, q_indptr: np.ndarray, terms: np.ndarray, weights: np.ndarray, k: int, out_d: np.ndarray,
+               out_s: np.ndarray, counts: np.ndarray) -> None:
+        _search_batch(self.bounds, self.local, self.data, self.n_passages, q_indptr, terms, weights, k, self.block,
+                      out_d, out_s, counts)
 
 
 def search_runs(engine: SparseEngine, ids: list[str], queries: sp.csr_matrix, k: int, *, parallel: bool = True) -> list[dict[str, float]]:
