@@ -149,8 +149,8 @@ def test_apcir_builds_and_retrieves_with_compact_postings_on_the_demo(demo, run_
         assert exact.keys() == ours.keys() and len(exact) > 300
         found = sum(len(set(exact[t]) & set(ours[t])) for t in exact)
         assert found / sum(len(exact[t]) for t in exact) >= 0.99
-    code, _, err = run_cli("retrieve", "--index", str(out), "--queries", str(reformulations), "--postings", "exact",
-                           "--out", str(tmp_path / "refused"))
+    code, _, err = run_cli("retrieve", "--index", str(out), "--queries", str(reformulations), "--field", "rewrite",
+                           "--postings", "exact", "--out", str(tmp_path / "refused"))
     assert code != 0 and "built with postings compact" in err and len(err.strip().splitlines()) == 1
     index = open_index(out)
     with pytest.raises(ApcirError, match="keeps only quantised postings"):
