@@ -51,7 +51,7 @@ def can_encode(backend: Backend) -> bool:
 def passage_vectors(backend: Backend, ids: list[str]) -> sp.csr_matrix | None:
     """The stored vectors of passages ``ids`` when the backend keeps them (the embedded index), else None."""
     lookup = getattr(backend, "passage_vectors", None)
-    return lookup(ids) if callable(lookup) else None
+    return lookup(ids) if callable(lookup) and getattr(backend, "keeps_vectors", True) else None
 
 
 def locate(index: str | Path) -> Path:

@@ -272,6 +272,8 @@ class EmbeddedIndex:
                 path=index_dir,
             )
         self.compact = "codes" in self.arrays
+        self.keeps_vectors = not self.compact
+        """A compact index keeps quantised postings only (DEPS then encodes the passages' texts)."""
         self._engine: SparseEngine | CompactEngine | None = None
 
     @property

@@ -18,6 +18,7 @@ from apcir.contract.reformulations import LIST_NAMES
 from apcir.contract.runs import load_run
 from apcir.errors import ApcirError
 from apcir.retrieval import open_index
+from apcir.retrieval.backends import passage_vectors
 from apcir.retrieval.compact import LEVELS, CompactEngine, compact_arrays
 from apcir.retrieval.embedded import compact_postings, open_arrays, write_index
 from apcir.retrieval.engine import BLOCK, SparseEngine
@@ -153,11 +154,47 @@ def test_apcir_builds_and_retrieves_with_compact_postings_on_the_demo(demo, run_
                            "--postings", "exact", "--out", str(tmp_path / "refused"))
     assert code != 0 and "built with postings compact" in err and len(err.strip().splitlines()) == 1
     index = open_index(out)
+    some = list(index.ids.take(np.arange(3)))
     with pytest.raises(ApcirError, match="keeps only quantised postings"):
-        index.passage_vectors(["clueweb22-en0000-00-00000:0"])
+        index.passage_vectors(some)
+    assert passage_vectors(index, some) is None  # what DEPS asks: it then encodes the passages' texts
+    assert passage_vectors(open_index(demo.index), some).shape[0] == 3
     assert read_manifest(out).options == {"postings": "compact"}
     copy = tmp_path / "damaged"
     shutil.copytree(out, copy)
     (copy / "postings.exceptions.npy").unlink()
     with pytest.raises(ApcirError, match="incomplete: postings.exceptions.npy missing"):
         open_index(copy)
+
+
+@pytest.mark.slow
+def test_sharded_and_resumed_compact_builds_equal_a_plain_build_byte_for_byte(tmp_path) -> None:
+    """`postings = "compact"` built in 3 shards (one of them resumed after losing a chunk) gives the same files as a
+    build in one go; an index built the other way is not up to date for the option."""
+    from apcir import datasets
+    from apcir.retrieval import build_index, index_status
+    from apcir.retrieval.embedded import COMPACT_ARRAYS, array_path
+    from apcir.retrieval.encoder import SpladeEncoder
+
+    encoder = SpladeEncoder("splade-tiny", device="cpu")
+    passages = list(datasets.iter_collection(datasets.collection_path("ikat23-provenance")))[:31]
+    collection = tmp_path / "small.jsonl"
+    collection.write_text("".join(json.dumps({"id": p.id, "contents": p.contents}) + "\n" for p in passages))
+    compact = {"postings": "compact"}
+    plain = tmp_path / "plain"
+    build_index(collection, "embedded", plain, encoder=encoder, chunk_size=4, progress=False, options=compact)
+    sharded = tmp_path / "sharded"
+    for i in (2, 0, 1):
+        build_index(collection, "embedded", sharded, encoder=encoder, shard=f"{i}/3", chunk_size=4, progress=False,
+                    options=compact)
+    shard1 = sharded / "_build" / "shard-00001-of-00003"
+    sorted(shard1.glob("chunk-*.npz"))[-1].unlink()
+    (shard1 / "done.json").unlink()
+    assert build_index(collection, "embedded", sharded, encoder=encoder, progress=False,
+                       options=compact).status == "built"
+    for name in ("indptr", *COMPACT_ARRAYS):
+        assert array_path(sharded, name).read_bytes() == array_path(plain, name).read_bytes(), name
+    assert (sharded / "ids.npy").read_bytes() == (plain / "ids.npy").read_bytes()
+    assert not array_path(sharded, "data").exists() and not (sharded / "_build").exists()
+    status = index_status(plain, collection, "embedded", "splade-tiny", options={"postings": "exact"})
+    assert not status.up_to_date and "postings compact, not exact" in status.reason
