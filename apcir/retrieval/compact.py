@@ -156,9 +156,10 @@ def compact_arrays(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n_
 
 
 @numba.njit(cache=True, inline="always")
-def _accumulate(acc: np.ndarray, codes: np.ndarray, exceptions: np.ndarray, w: float, p0: int, p1: int,
+def _accumulate(acc: np.ndarray, codes: np.ndarray, exceptions: np.ndarray, products: np.ndarray, p0: int, p1: int,
                 e: int) -> None:
-    """acc[offset] += w * q for the codes [p0, p1), whose long gaps are the exceptions from ``e``."""
+    """acc[offset] += w * q for the codes [p0, p1), whose long gaps are the exceptions from ``e``; ``products[q]``
+    is the query term's ``w * q`` (a look-up in L1 instead of a conversion and a product a posting)."""
     current = -1
     for p in range(p0, p1):
         code = int(codes[p])
@@ -168,7 +169,7 @@ def _accumulate(acc: np.ndarray, codes: np.ndarray, exceptions: np.ndarray, w: f
             e += 1
         else:
             current += gap
-        acc[current] += w * np.float32(code & LEVELS)
+        acc[current] += products[code & LEVELS]
 
 
 @numba.njit(cache=True)
@@ -176,6 +177,10 @@ def _search_range(indptr, codes, exceptions, ebase, cbounds, ebounds, n_passages
                   last_block, block, hs, hd):  # type: ignore[no-untyped-def]
     """Top-k heap of the passages of blocks [first_block, last_block) for one query (weights already scaled)."""
     nt = terms.shape[0]
+    products = np.empty((nt, LEVELS + 1), dtype=np.float32)  # w_j * q for every q, in float32
+    for j in range(nt):
+        for q in range(LEVELS + 1):
+            products[j, q] = weights[j] * np.float32(q)
     acc = np.zeros(block, dtype=np.float32)
     size = 0
     for b in range(first_block, last_block):
@@ -186,7 +191,7 @@ def _search_range(indptr, codes, exceptions, ebase, cbounds, ebounds, n_passages
             t = terms[j]
             p0 = indptr[t] + np.int64(cbounds[t, b])
             p1 = indptr[t] + np.int64(cbounds[t, b + 1])
-            _accumulate(acc, codes, exceptions, weights[j], p0, p1, ebase[t] + np.int64(ebounds[t, b]))
+            _accumulate(acc, codes, exceptions, products[j], p0, p1, ebase[t] + np.int64(ebounds[t, b]))
             touched += p1 - p0
         if touched == 0:
             continue
