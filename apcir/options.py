@@ -13,6 +13,7 @@ a key no entry has is an unknown key, with the closest keys of the section.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -26,6 +27,12 @@ class Options(BaseModel):
     """The options of an entry (none); an entry with options subclasses it."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @classmethod
+    def unread_with(cls, given: Mapping[str, Any]) -> frozenset[str]:
+        """Its keys that the entry does not read when ``given`` are its values (the learned matcher's encoder
+        beside a model file); none by default."""
+        return frozenset()
 
 
 OptionsT = TypeVar("OptionsT", bound=Options)
@@ -59,6 +66,34 @@ def option_fields(registry: Registry[Any]) -> dict[str, OptionField]:
         for name, field in options_of(entry).model_fields.items():
             found.setdefault(name, ([], field))[0].append(entry.name)
     return {name: OptionField(name, tuple(entries), field) for name, (entries, field) in found.items()}
+
+
+def not_used(registry: Registry[Any], chosen: Sequence[str], keys: Sequence[str],
+             shown: Callable[[str], str] = str) -> str:
+    """The one line refusing ``keys`` that none of the ``chosen`` entries reads, naming the entries that do:
+    ``tau: not used by the llm nugget matcher (lexical, embedding, learned read it); remove it``."""
+    every = option_fields(registry)
+    readers = list(dict.fromkeys(e for key in keys if key in every for e in every[key].entries if e not in chosen))
+    entries = " or ".join(chosen)
+    concept = registry.concept + ("s" if len(chosen) > 1 else "")
+    read = f" ({', '.join(readers)} read{'s' if len(readers) == 1 else ''} {'it' if len(keys) == 1 else 'them'})" \
+        if readers else ""
+    return (f"{', '.join(shown(k) for k in keys)}: not used by the {entries} {concept}{read}; remove "
+            f"{'it' if len(keys) == 1 else 'them'}")
+
+
+def reads(registry: Registry[Any], name: str, given: Mapping[str, Any]) -> list[str]:
+    """The keys of ``given`` that entry ``name`` reads: its options model's, but those it leaves unread with these
+    values (:meth:`Options.unread_with`)."""
+    model = options_of(registry.get(name))
+    skipped = model.unread_with(given)
+    return [key for key in given if key in model.model_fields and key not in skipped]
+
+
+def unread(registry: Registry[Any], chosen: Sequence[str], given: Mapping[str, Any]) -> list[str]:
+    """The keys of ``given`` that none of the ``chosen`` entries reads."""
+    read = {key for name in chosen for key in reads(registry, name, given)}
+    return [key for key in given if key not in read]
 
 
 class EntrySettings(BaseModel):
@@ -99,8 +134,7 @@ class EntrySettings(BaseModel):
             elif chosen is not None and not _is_default(every[key], value):
                 foreign.append(key)
         if foreign:
-            raise ValueError(f"{', '.join(sorted(foreign))}: not used by the {name} {registry.concept}; remove "
-                             f"{'it' if len(foreign) == 1 else 'them'}")
+            raise ValueError(not_used(registry, [name], sorted(foreign)))
         data["options"] = own
         return data
 

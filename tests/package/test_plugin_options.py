@@ -124,7 +124,7 @@ def test_the_plugin_option_is_in_the_generated_reference(plugin):
 def test_a_plugin_responder_and_matcher_join_through_their_entry_point_groups(plugin, tmp_path):
     import apcir
     from apcir.evaluation.nuggets.gold import Nugget
-    from apcir.evaluation.nuggets.matchers import MatcherSettings
+    from apcir.evaluation.nuggets.settings import MatcherSettings
     from apcir.experiment.config import validate_config
 
     turns = [t for t in apcir.topics("ikat23-test") if t.conversation_id == "9-1"][:2]
@@ -135,7 +135,7 @@ def test_a_plugin_responder_and_matcher_join_through_their_entry_point_groups(pl
     assert validate_config({"name": "p", "fusion": {"weights": {"source": "file", "file": "w.json"}},
                             "respond": {"responder": "first"}}).respond.responder == "first"
     nugget = Nugget(turn_id=turns[0].turn_id, nugget_id="1", text="abc")
-    assert MATCHERS.get("letters").build(MatcherSettings()).scores([(nugget, "cab"), (nugget, "xyz")]) == [1.0, 0.0]
+    assert MATCHERS.get("letters").build(MatcherSettings(matcher="letters")).scores([(nugget, "cab"), (nugget, "xyz")]) == [1.0, 0.0]
     with pytest.raises(ApcirError, match="did you mean 'letters'"):
         MATCHERS.get("leters")
 
