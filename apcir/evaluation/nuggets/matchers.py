@@ -29,7 +29,7 @@ from functools import lru_cache, partial
 from typing import Any, Protocol
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from apcir.evaluation.nuggets.gold import Nugget
 from apcir.llm.accounting import Accounting
@@ -54,6 +54,13 @@ class LexicalOptions(ThresholdOptions):
 
 class EmbeddingOptions(ThresholdOptions):
     encoder: str = Field("minilm", description="the bi-encoder (minilm, a path or a hub id)")
+
+    @field_validator("encoder")
+    @classmethod
+    def _known_encoder(cls, value: str) -> str:
+        from apcir.retrieval.settings import check_encoder  # a near miss of a packaged model's name: refused
+
+        return check_encoder(value)
 
 
 class LLMMatcherOptions(Options):
