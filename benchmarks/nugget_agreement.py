@@ -75,14 +75,14 @@ def _agreement_table(console, gold, runs, human, args) -> None:  # type: ignore[
     from rich.table import Table
 
     from apcir.evaluation.nuggets.agreement import agreement
-    from apcir.evaluation.nuggets.matchers import MatcherSettings
+    from apcir.evaluation.nuggets.settings import MatcherSettings
 
     table = Table(title=f"matchers against {len(human.rows)} human labels (5-fold CV over turns, out-of-fold; "
                         f"κ spread over {args.splits} splits)")
     for column in ("matcher", "Cohen's κ [95%]", "κ over splits (min-median-max)", "accuracy", "precision",
                    "recall", "seconds"):
         table.add_column(column, justify="left" if column == "matcher" else "right")
-    settings = MatcherSettings(encoder=args.encoder)
+    settings = MatcherSettings.model_validate({"matcher": "embedding", "encoder": args.encoder})
     reports = {}
     for matcher in ("lexical", "embedding", "learned"):
         started = time.perf_counter()

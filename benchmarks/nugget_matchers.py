@@ -27,8 +27,8 @@ def main() -> None:
     from rich.table import Table
 
     from apcir.evaluation.nuggets.gold import NuggetSet, load_nuggets, load_response_runs
-    from apcir.evaluation.nuggets.matchers import MatcherSettings
     from apcir.evaluation.nuggets.scores import match, score_runs
+    from apcir.evaluation.nuggets.settings import MatcherSettings
 
     console = Console()
     nuggets = load_nuggets("ikat25-test")
@@ -70,7 +70,8 @@ def main() -> None:
             timing.add_column(column, justify="left" if column == "form" else "right")
         for batched in (True, False):
             started = time.perf_counter()
-            scores, info = match(subset, runs, "llm", MatcherSettings(model="smollm2", batched=batched, llm=llm))
+            scores, info = match(subset, runs, "llm", MatcherSettings.model_validate(
+                {"matcher": "llm", "model": "smollm2", "batched": batched, "llm": llm}))
             seconds = time.perf_counter() - started
             flat = [(r, t, i, s) for r, by_turn in scores.items() for t, values in by_turn.items()
                     for i, s in enumerate(values)]

@@ -107,14 +107,15 @@ def config_keys() -> list[tuple[str, str, str, str]]:
 
     rows: list[tuple[str, str, str, str]] = []
 
-    from apcir.options import EntrySettings, option_fields
+    from apcir.options import EntrySettings
 
     def fields(model: Any) -> list[tuple[str, Any, str]]:
-        """(key, field, description): a section whose entries have options of their own lists every entry's, each
-        described with the entries that read it (the shared ``options`` holder is no key)."""
+        """(key, field, description): a section whose entries have options of their own lists those of every entry
+        it may choose, as it spells them (``nugget_tau``), each described with the entries that read it (the shared
+        ``options`` holder is no key)."""
         if isinstance(model, type) and issubclass(model, EntrySettings):
             shared = [(n, f, f.description or "") for n, f in model.model_fields.items() if n != "options"]
-            return shared + [(n, o.field, o.help) for n, o in option_fields(model.ENTRY_REGISTRY).items()]
+            return shared + [(model.ENTRY_PREFIX + n, o.field, o.help) for n, o in model.entry_fields().items()]
         return [(n, f, f.description or "") for n, f in model.model_fields.items()]
 
     def walk(prefix: str, model: Any) -> None:

@@ -151,12 +151,12 @@ def nugget_recall(responses: PathLike | Sequence[PathLike], nuggets: PathLike, t
     ``learned_model``). The default matcher is apcir's (``DEFAULT_MATCHER``: the one that agreed best with people)."""
     from apcir import datasets
     from apcir.evaluation.nuggets.gold import load_nuggets, load_response_runs
-    from apcir.evaluation.nuggets.matchers import MatcherSettings
     from apcir.evaluation.nuggets.scores import score_runs
+    from apcir.evaluation.nuggets.settings import MatcherSettings
 
     sources = [responses] if isinstance(responses, (str, Path)) else list(responses)
     gold = load_nuggets(nuggets, {t.turn_id for t in datasets.topics(topics)})
-    return score_runs(gold, load_response_runs(sources), matcher, MatcherSettings.model_validate(settings),
+    return score_runs(gold, load_response_runs(sources), matcher, MatcherSettings.model_validate({**settings, "matcher": matcher}),
                       baseline=baseline, compare_matcher=compare_matcher)
 
 

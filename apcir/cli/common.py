@@ -248,6 +248,29 @@ def _cli_annotation(annotation: Any) -> Any | None:
     return None
 
 
+def option_flag(name: str, field: Any) -> str:
+    """The command-line flag of an entry's option: ``--min-words`` for ``min_words``, or the one its field names
+    (``json_schema_extra={"flag": "--matcher-model"}``; a switch's two forms: ``"--batched/--per-nugget"``)."""
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    flag = extra.get("flag")
+    return flag if isinstance(flag, str) else "--" + name.replace("_", "-")
+
+
+def entry_flag(registry: Any, name: str, value: Any = None) -> str:
+    """How the command line names the option ``name`` of a registry's entries, given ``value`` (for a message):
+    ``--matcher-model``; a switch's form for its value (``--per-nugget`` for False)."""
+    from apcir.options import option_fields
+
+    option = option_fields(registry).get(name)
+    if option is None:
+        return name
+    flag = option_flag(name, option.field)
+    if "/" not in flag and isinstance(value, bool):
+        flag = f"{flag}/--no-{name.replace('_', '-')}"
+    on, _, off = flag.partition("/")
+    return off if off and value is False else on
+
+
 class EntryOptions:
     """A command with the options of a registry's entries (:func:`apcir.options.option_fields`) generated from
     their models, read when typer builds the command (so a plugin installed since is included), collected into
@@ -271,8 +294,9 @@ class EntryOptions:
             annotation = _cli_annotation(option.field.annotation)
             if annotation is None or name in taken or name in self.skip:
                 continue  # a section (rankgpt's llm: the LLM options), or a name the command has already
-            flag = "--" + name.replace("_", "-")
-            flags = (f"{flag}/--no-{name.replace('_', '-')}",) if annotation == bool | None else (flag,)
+            flag = option_flag(name, option.field)
+            flags = (f"{flag}/--no-{name.replace('_', '-')}",) if annotation == bool | None and "/" not in flag \
+                else (flag,)
             default = option.field.get_default(call_default_factory=True)
             shown_default = f" (default {default})" if default not in (None, "") else ""
             info = typer.Option(None, *flags, help=f"{option.help}{shown_default}.", show_default=False)

@@ -13,6 +13,7 @@ from apcir import datasets
 from apcir.cli.common import (
     checked,
     console,
+    entry_flag,
     err_console,
     llm_options,
     llm_values,
@@ -21,9 +22,9 @@ from apcir.cli.common import (
     print_json,
     settings,
 )
+from apcir.cli.matcher_options import matcher_options, matcher_settings
 from apcir.contract.runs import read_run_file
 from apcir.errors import ApcirError
-from apcir.evaluation.nuggets.matchers import MatcherSettings
 from apcir.evaluation.nuggets.registry import DEFAULT_MATCHER, MATCHERS
 from apcir.evaluation.responses import (
     MEASURES,
@@ -179,6 +180,7 @@ def _print_json(comparison, labels, per_turn, rel_threshold, complete, tuned) ->
     })
 
 
+@matcher_options
 @llm_options("Judge and llm matcher: ", exclude=("temperature", "max_tokens"))
 def evaluate_responses_command(
     responses: list[str] = typer.Argument(
@@ -198,14 +200,6 @@ def evaluate_responses_command(
                                                               "of every run, a leaderboard."),
     matcher: str = typer.Option(DEFAULT_MATCHER, "--matcher", help="Nugget matcher: " + ", ".join(MATCHERS.names())
                                 + " (default: the one that agreed best with people among those needing no training)."),
-    tau: float | None = typer.Option(None, "--tau", min=0, help="Threshold of the lexical, embedding and learned "
-                                                               "matchers."),
-    encoder: str = typer.Option("minilm", "--encoder", help="Embedding matcher's bi-encoder (minilm, path, hub id)."),
-    learned_model: Path | None = typer.Option(None, "--learned-model", help="learned matcher: the model file apcir "
-                                                                           "nuggets train wrote."),
-    matcher_model: str | None = typer.Option(None, "--matcher-model", help="The llm matcher's model."),
-    per_nugget: bool = typer.Option(False, "--per-nugget", help="llm matcher: one request per nugget (default: "
-                                                                "one per turn and response, the nuggets numbered)."),
     baseline: str | None = typer.Option(None, "--baseline", help="Run the others are tested against (paired, over "
                                                                  "the turns both scored)."),
     compare_matcher: str | None = typer.Option(None, "--compare-matcher",
@@ -213,20 +207,24 @@ def evaluate_responses_command(
     out: Path | None = typer.Option(None, "--out", "-o", help="Write every number (per turn too) as JSON here."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     llm: dict[str, Any] | None = None,
+    options: dict[str, Any] | None = None,
 ) -> None:
     """Evaluate responses: ROUGE-L, citation precision and an LLM judge, of one run or several side by side; with
     --nuggets, nugget recall of one or many runs (a leaderboard)."""
     from apcir.evaluation.nuggets.gold import load_response_records, run_name_and_path
 
-    given = llm or {}
+    given, own = llm or {}, options or {}
     if out is not None:
         check_writable(out, "response metrics")
         refuse_inputs_as_outputs([out], [*(run_name_and_path(r)[1] for r in responses), topics, qrels, levels,
-                                        nuggets, learned_model, given.get("prices"), given.get("cache_dir")])
+                                        nuggets, own.get("learned_model"), given.get("prices"), given.get("cache_dir")])
     if nuggets is not None:
-        _nugget_leaderboard(responses, topics, nuggets, matcher, tau, encoder, matcher_model, per_nugget, baseline,
-                            compare_matcher, levels, out, as_json, given, learned_model)
+        _nugget_leaderboard(responses, topics, nuggets, matcher, baseline, compare_matcher, levels, out, as_json,
+                            given, own)
         return
+    if own:
+        flags = ", ".join(entry_flag(MATCHERS, key, value) for key, value in own.items())
+        raise ApcirError(f"{flags}: nugget matcher option{'s' if len(own) > 1 else ''}, used only with --nuggets")
     judge_settings = settings(JudgeSettings, model=judge, **llm_values(given))
     runs = load_response_records(responses)
     turns, gold = datasets.topics(topics), datasets.qrels(qrels) if qrels else None
@@ -292,33 +290,23 @@ def _judge_line(j: JudgeInfo) -> str:
             f"{j.cache_hits} from the cache")
 
 
-def matcher_settings(tau: float | None, encoder: str, model: str | None, per_nugget: bool,
-                     given: dict[str, Any], learned_model: Path | None = None) -> MatcherSettings:
-    """The matcher's settings from the command's options (the LLM ones as the judge's)."""
-    from apcir.llm.settings import LLMSettings
-
-    return MatcherSettings(tau=tau, encoder=encoder, model=model, batched=not per_nugget,
-                           learned_model=str(learned_model) if learned_model is not None else None,
-                           llm=settings(LLMSettings, **llm_values(given)))
-
-
-def _nugget_leaderboard(responses: list[str], topics: str, nuggets: str, matcher: str, tau: float | None,
-                        encoder: str, model: str | None, per_nugget: bool, baseline: str | None,
+def _nugget_leaderboard(responses: list[str], topics: str, nuggets: str, matcher: str, baseline: str | None,
                         compare_matcher: str | None, levels: Path | None, out: Path | None, as_json: bool,
-                        given: dict[str, Any], learned_model: Path | None = None) -> None:
+                        given: dict[str, Any], own: dict[str, Any]) -> None:
     from apcir.evaluation.nuggets.gold import load_nuggets, load_response_runs
     from apcir.evaluation.nuggets.scores import score_runs
     from apcir.retrieval.settings import check_encoder
 
     for option, name in (("--matcher", matcher), ("--compare-matcher", compare_matcher)):
         checked(option, MATCHERS.validate, name)
-    checked("--encoder", check_encoder, encoder)
+    used = matcher_settings([matcher, *([compare_matcher] if compare_matcher else [])], own, given, tau_of=matcher)
+    checked("--encoder", check_encoder, own.get("encoder"))
     topic_ids = {t.turn_id for t in datasets.topics(topics)}
     gold = load_nuggets(nuggets, topic_ids)
     runs = load_response_runs(responses)
     warn_outside_topics({run: list(texts) for run, texts in runs.items()}, topic_ids, topics)
-    report = score_runs(gold, runs, matcher, matcher_settings(tau, encoder, model, per_nugget, given, learned_model),
-                        baseline=baseline, compare_matcher=compare_matcher,
+    report = score_runs(gold, runs, matcher, used[matcher], baseline=baseline, compare_matcher=compare_matcher,
+                        compare_settings=used.get(compare_matcher or ""),
                         levels=datasets.levels(levels) if levels else None)
     if out is not None:
         write_text(out, report.model_dump_json(indent=1))

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from apcir.cli.common import console, llm_options, print_json
-from apcir.cli.eval_commands import matcher_settings
+from apcir.cli.matcher_options import matcher_options, matcher_settings
 from apcir.errors import ApcirError
 from apcir.evaluation.nuggets.registry import MATCHERS
 from apcir.io import check_writable, refuse_inputs_as_outputs, write_text
@@ -61,6 +61,7 @@ ALIAS_HELP = ("cone-rag layout: map a run alias to a run of the responses, ALIAS
 
 
 @nuggets_app.command("agreement")
+@matcher_options
 @llm_options("llm matcher: ", exclude=("temperature", "max_tokens"))
 def agreement_command(
     labels: Path = typer.Option(..., "--labels", help=LABELS_HELP),
@@ -72,12 +73,6 @@ def agreement_command(
                                 + " (default: lexical, embedding and learned, and llm when --matcher-model is given)."),
     labels_format: str = typer.Option("auto", "--labels-format", help=FORMAT_HELP),
     alias: list[str] | None = typer.Option(None, "--alias", help=ALIAS_HELP),
-    tau: float | None = typer.Option(None, "--tau", min=0, help="A fixed τ (default: chosen by cross-validation)."),
-    encoder: str = typer.Option("minilm", "--encoder", help="Embedding matcher's bi-encoder (and learned's)."),
-    learned_model: Path | None = typer.Option(None, "--learned-model", help="learned: a model apcir nuggets train "
-                                              "wrote (default: measured by nested cross-validation on these labels)."),
-    matcher_model: str | None = typer.Option(None, "--matcher-model", help="The llm matcher's model."),
-    per_nugget: bool = typer.Option(False, "--per-nugget", help="llm matcher: one request per nugget."),
     folds: int = typer.Option(5, "--folds", min=2, help="Folds (over turns) that choose τ (and learned's model)."),
     splits: int = typer.Option(10, "--splits", min=0, help="Random fold splits the spread of κ is measured over "
                                                           "(0: none)."),
@@ -85,6 +80,7 @@ def agreement_command(
     out: Path | None = typer.Option(None, "--out", "-o", help="Write the figures as JSON here."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     llm: dict[str, Any] | None = None,
+    options: dict[str, Any] | None = None,
 ) -> None:
     """Matchers' covered/not-covered decisions against human labels, in one table: Cohen's κ, accuracy, precision
     and recall of "covered", with bootstrap 95% intervals over turns and the spread of κ over random fold splits;
@@ -93,17 +89,16 @@ def agreement_command(
     from apcir.evaluation.nuggets.gold import load_nuggets, load_response_runs
     from apcir.evaluation.nuggets.labels import load_labels, parse_aliases
 
-    chosen = list(matchers or [m.name for m in MATCHERS if not m.asks_llm or matcher_model])
-    for name in chosen:
-        MATCHERS.check(name)  # an unknown name: one line with the closest matchers
+    own = options or {}
+    chosen = list(matchers or [m.name for m in MATCHERS if not m.asks_llm or own.get("model")])
+    settings = matcher_settings(chosen, own, llm)  # an unknown name: one line with the closest matchers
     if out is not None:
         check_writable(out, "agreement figures")
-        refuse_inputs_as_outputs([out], [labels, nuggets, *responses, learned_model])
+        refuse_inputs_as_outputs([out], [labels, nuggets, *responses, own.get("learned_model")])
     human = load_labels(labels, labels_format, parse_aliases(alias or []))
     gold, runs = load_nuggets(nuggets), load_response_runs(responses)
-    settings = matcher_settings(tau, encoder, matcher_model, per_nugget, llm or {}, learned_model)
-    reports = [agreement(gold, runs, human, name, settings, folds=folds, seed=seed, splits=splits)
-               for name in chosen]
+    reports = [agreement(gold, runs, human, name, settings[name], folds=folds, seed=seed, splits=splits)
+               for name in dict.fromkeys(chosen)]
     if out is not None:
         write_text(out, json.dumps([r.model_dump(mode="json") for r in reports], indent=1, ensure_ascii=False))
     if as_json:

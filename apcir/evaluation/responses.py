@@ -30,7 +30,7 @@ from apcir.contract.responses import ResponseRecord, cited_numbers, strip_citati
 from apcir.errors import ApcirError
 from apcir.evaluation.judge import judge_all
 from apcir.evaluation.nuggets.gold import NuggetSet
-from apcir.evaluation.nuggets.matchers import MatcherSettings
+from apcir.evaluation.nuggets.settings import MatcherSettings
 from apcir.ids import natural_key
 from apcir.llm.settings import LLMSettings
 from apcir.metrics import Comparison, SignificanceSettings, check_judged, compare_with
@@ -193,7 +193,7 @@ def evaluate_responses(
             notes.append(f"nugget recall skipped: no response is for a turn of the nuggets ({nuggets.name})")
         else:
             subset = nuggets.model_copy(update={"by_turn": {t: nuggets.by_turn[t] for t in texts}})
-            matched, used = match(subset, {"run": texts}, matcher, matcher_settings or MatcherSettings())
+            matched, used = match(subset, {"run": texts}, matcher, matcher_settings or MatcherSettings(matcher=matcher))
             scored = run_scores("run", subset, matched["run"], used.tau)
             for turn_id, values in scored.per_turn.items():
                 per_turn[turn_id][NUGGETS] = values.recall

@@ -1,12 +1,24 @@
-"""The evaluation stage's settings: the ``[evaluation]`` config section."""
+"""The evaluation stage's settings: the ``[evaluation]`` config section.
+
+Its nugget matcher (``nugget_matcher``) carries its own options as ``[rerank]``'s re-ranker does
+(:class:`apcir.options.EntrySettings`), each spelt with the section's ``nugget_`` prefix: the thresholded
+matchers' ``tau`` is ``nugget_tau``, the embedding matcher's ``encoder`` ``nugget_encoder``, a plugin matcher's
+``min_letters`` ``nugget_min_letters``; another matcher's key is refused in one line naming the matchers that read it.
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from typing import Any, ClassVar
 
+from pydantic import Field, field_validator, model_validator
+
+from apcir.evaluation.nuggets.registry import DEFAULT_MATCHER, MATCHERS
+from apcir.evaluation.nuggets.settings import MatcherSettings
 from apcir.llm.settings import LLM_FIELDS, LLMSettings, refuse_unused
 from apcir.metrics.measures import parse_measures
 from apcir.metrics.significance import CorrectionName, SignificanceSettings, TestName
+from apcir.options import EntrySettings
+from apcir.registry import Registry
 
 
 class JudgeSettings(LLMSettings):
@@ -21,8 +33,14 @@ class JudgeSettings(LLMSettings):
         return self
 
 
-class EvaluationSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class EvaluationSettings(EntrySettings):
+    """The ``[evaluation]`` section; the keys of its nugget matcher's own options are ``nugget_`` and the key
+    (``nugget_tau``), kept in ``options`` (:class:`apcir.evaluation.nuggets.settings.MatcherSettings` for them:
+    :meth:`matcher_settings`)."""
+
+    ENTRY_KEY: ClassVar[str] = "nugget_matcher"
+    ENTRY_REGISTRY: ClassVar[Registry[Any]] = MATCHERS
+    ENTRY_PREFIX: ClassVar[str] = "nugget_"
 
     qrels: str | None = Field(None, description="qrels name or file; no evaluation without it")
     measures: list[str] = Field(default_factory=lambda: ["paper"], description="set names (paper, ikat) or measures")
@@ -39,22 +57,29 @@ class EvaluationSettings(BaseModel):
     ptkb_measures: list[str] = Field(default_factory=lambda: ["ptkb"], description="measures of the PTKB ranking")
     judge: JudgeSettings = Field(default_factory=JudgeSettings, description="LLM judge of the responses (off)")
     nuggets: str | None = Field(None, description="gold nuggets (ikat25-test, or a file): the responses' nugget recall")
-    nugget_matcher: str = Field("lexical", description="nugget matcher of a run: lexical (the default: it agreed "
-                                                       "best with people) or embedding (the llm and learned matchers: "
-                                                       "apcir evaluate-responses --matcher)")
-    nugget_tau: float | None = Field(None, ge=0, description="the matcher's threshold (default: the matcher's)")
+    nugget_matcher: str = Field(DEFAULT_MATCHER, description="nugget matcher of a run: lexical (the default: it "
+                                "agreed best with people), embedding, or a plugin's that runs offline (the llm and "
+                                "learned matchers: apcir evaluate-responses --matcher); its own keys are spelt "
+                                "nugget_KEY (nugget_tau)")
+
+    @classmethod
+    def usable(cls, entry: Any) -> bool:
+        """A run's matchers: those that run offline with nothing to train (``in_runs``); their keys are the section's."""
+        return bool(getattr(entry, "in_runs", False))
 
     @field_validator("nugget_matcher")
     @classmethod
     def _offline_matcher(cls, value: str) -> str:
-        from apcir.evaluation.nuggets.registry import MATCHERS
-
         MATCHERS.validate(value)  # an unknown name: the closest matchers
         if not MATCHERS.get(value).in_runs:
             usable = " or ".join(spec.name for spec in MATCHERS if spec.in_runs)
             raise ValueError(f"nugget_matcher {value!r}: a run uses {usable} (the {value} matcher runs from "
                              f"apcir evaluate-responses --matcher {value})")
         return value
+
+    def matcher_settings(self) -> MatcherSettings:
+        """The nugget matcher's settings: the chosen matcher and its own keys."""
+        return MatcherSettings(matcher=self.nugget_matcher, options=self.options)
 
     def significance(self) -> SignificanceSettings:
         return SignificanceSettings(test=self.test, correction=self.correction, alpha=self.alpha)

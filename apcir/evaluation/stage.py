@@ -216,7 +216,6 @@ class EvaluateStage(Stage):
     def _nuggets(self) -> dict[str, Any]:
         """The nugget arguments of the response evaluation (none without ``evaluation.nuggets``)."""
         from apcir.evaluation.nuggets.gold import load_nuggets
-        from apcir.evaluation.nuggets.matchers import MatcherSettings
 
         settings = self.evaluation
         if settings.nuggets is None:
@@ -225,8 +224,7 @@ class EvaluateStage(Stage):
 
         gold = load_nuggets(self.nuggets or settings.nuggets, {t.turn_id for t in datasets.topics(self.topics)})
         gold.name = settings.nuggets
-        return {"nuggets": gold, "matcher": settings.nugget_matcher,
-                "matcher_settings": MatcherSettings(tau=settings.nugget_tau)}
+        return {"nuggets": gold, "matcher": settings.nugget_matcher, "matcher_settings": settings.matcher_settings()}
 
     def run(self, context: StageContext) -> StageResult:
         from apcir import datasets

@@ -203,7 +203,7 @@ def test_train_save_and_use_the_learned_matcher(tmp_path, run_cli):
     # measuring the model on the turns it was trained on is refused; nested CV without a model is not
     code, out, err = run_cli("nuggets", "agreement", "--labels", str(labels), "--nuggets", str(nuggets),
                              "--responses", str(responses), "--matcher", "learned", "--learned-model",
-                             str(model_file), "--encoder", "tfidf")
+                             str(model_file))
     assert code == 2 and "trained on 6 of these labels' turns" in err and "Traceback" not in err
     code, out, err = run_cli("nuggets", "agreement", "--labels", str(labels), "--nuggets", str(nuggets),
                              "--responses", str(responses), "--matcher", "learned", "--encoder", "tfidf",

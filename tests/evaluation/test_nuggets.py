@@ -11,8 +11,9 @@ import pytest
 from apcir.errors import ApcirError
 from apcir.evaluation.nuggets.agreement import agreement, best_tau, cohen_kappa, load_labels
 from apcir.evaluation.nuggets.gold import load_nuggets, load_response_runs
-from apcir.evaluation.nuggets.matchers import MatcherSettings, content_words
+from apcir.evaluation.nuggets.matchers import content_words
 from apcir.evaluation.nuggets.scores import score_runs
+from apcir.evaluation.nuggets.settings import MatcherSettings
 
 NUGGETS = [
     ("1-1_1", "1", "apples are red", 1), ("1-1_1", "2", "bananas are yellow", 1),
@@ -41,7 +42,7 @@ def crafted(tmp_path):
 def test_recall_of_three_runs_by_hand(crafted):
     nuggets, responses = crafted
     report = score_runs(load_nuggets(nuggets), load_response_runs([responses]), "lexical",
-                        MatcherSettings(tau=0.5), baseline="C")
+                        MatcherSettings.model_validate({"tau": 0.5}), baseline="C")
     a, b, c = (report.runs[r] for r in "ABC")
     # A: 1/2, 1, 2/3 (cats: cat+sleep of cat/sleep/lot; dogs: dog+bark of dog/bark/loudly), 1/2 (weighted 2/3)
     assert [a.per_turn[t].recall for t in ("1-1_1", "1-1_2", "1-1_3", "1-1_4")] == pytest.approx([0.5, 1, 2 / 3, 0.5])
@@ -137,7 +138,7 @@ def test_agreement_by_hand_with_a_fixed_tau(crafted, tmp_path):
                                                                    for t, n, v in rows)
                       + "1-1_1\tZ\t1\t1\n1-1_2\tA\t[7]\t0\n")
     report = agreement(load_nuggets(nuggets), load_response_runs([responses]), load_labels(labels), "lexical",
-                       MatcherSettings(tau=0.5), resamples=200)
+                       MatcherSettings.model_validate({"tau": 0.5}), resamples=200)
     # lexical at 0.5 says covered for 1_1/1, 1_2/1, 1_3/1, 1_3/2, 1_4/1: tp 4, fp 1 (dogs bark), fn 0, tn 3
     assert report.used == 8 and report.unmapped == {"run not in the responses": 1, "nugget id not in the nuggets": 1}
     assert report.accuracy.value == pytest.approx(7 / 8) and report.precision.value == pytest.approx(4 / 5)

@@ -254,15 +254,15 @@ def test_the_llm_nugget_matcher_with_the_real_server(server, tmp_path, batched):
     """Both forms of the llm matcher against llama.cpp: its grammar (an enum of the nugget numbers when batched)
     holds the answer to what the parser accepts, every decision is 0 or 1, and a re-run is answered from the cache."""
     from apcir.evaluation.nuggets.gold import NuggetSet, load_nuggets, load_response_runs
-    from apcir.evaluation.nuggets.matchers import MatcherSettings
     from apcir.evaluation.nuggets.scores import score_runs
+    from apcir.evaluation.nuggets.settings import MatcherSettings
     from apcir.llm.settings import LLMSettings
 
     gold = load_nuggets("ikat25-test")
     subset = NuggetSet(name="two turns", by_turn={t: gold.by_turn[t] for t in ("4-1_12", "7-1_1")})  # 4 + 1 nuggets
     runs = {"cfda-auto-1": load_response_runs(["ikat25-runs"])["cfda-auto-1"]}
-    settings = MatcherSettings(model="smollm2", batched=batched,
-                               llm=LLMSettings(base_url=server.url, cache_dir=str(tmp_path / "cache"), max_tokens=200))
+    llm = LLMSettings(base_url=server.url, cache_dir=str(tmp_path / "cache"), max_tokens=200)
+    settings = MatcherSettings.model_validate({"matcher": "llm", "model": "smollm2", "batched": batched, "llm": llm})
     report = score_runs(subset, runs, "llm", settings)
     asked = 2 if batched else 5  # one per turn, or one per nugget (repairs and a refused mode come on top)
     assert report.matcher.requests >= asked

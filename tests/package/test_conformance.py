@@ -229,7 +229,7 @@ def test_every_matcher_scores_every_pair_in_0_to_1(matcher, tmp_path):
     from apcir.evaluation.nuggets.features import FEATURES
     from apcir.evaluation.nuggets.gold import Nugget
     from apcir.evaluation.nuggets.learned import LearnedModel, TrainedOn, save_model
-    from apcir.evaluation.nuggets.matchers import MatcherSettings
+    from apcir.evaluation.nuggets.settings import MatcherSettings
     from apcir.llm.settings import LLMSettings
 
     spec = MATCHERS.get(matcher)
@@ -242,9 +242,11 @@ def test_every_matcher_scores_every_pair_in_0_to_1(matcher, tmp_path):
                enumerate(["lentils are rich in protein", "the Eiffel tower is in Paris"])]
     response = "Lentils are rich in protein. Tofu is made from soy."
     with FakeOpenAI(content=_covered_numbers) as server:
-        settings = MatcherSettings(model="fake-gpt", learned_model=str(model_file),
-                                   llm=LLMSettings(base_url=server.url, cache_dir=str(tmp_path / "cache"),
-                                                   retry_delay=0.0, max_retries=1))
+        every = {"model": "fake-gpt", "learned_model": str(model_file),
+                 "llm": LLMSettings(base_url=server.url, cache_dir=str(tmp_path / "cache"), retry_delay=0.0,
+                                    max_retries=1)}
+        settings = MatcherSettings.model_validate({"matcher": matcher, **{k: v for k, v in every.items()
+                                                                          if k in spec.options.model_fields}})
         scores = spec.build(settings).scores([(n, response) for n in nuggets])
     assert len(scores) == len(nuggets)
     assert all(s is None or 0.0 <= s <= 1.0 for s in scores), scores

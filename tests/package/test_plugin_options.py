@@ -124,7 +124,7 @@ def test_the_plugin_option_is_in_the_generated_reference(plugin):
 def test_a_plugin_responder_and_matcher_join_through_their_entry_point_groups(plugin, tmp_path):
     import apcir
     from apcir.evaluation.nuggets.gold import Nugget
-    from apcir.evaluation.nuggets.matchers import MatcherSettings
+    from apcir.evaluation.nuggets.settings import MatcherSettings
     from apcir.experiment.config import validate_config
 
     turns = [t for t in apcir.topics("ikat23-test") if t.conversation_id == "9-1"][:2]
@@ -135,7 +135,7 @@ def test_a_plugin_responder_and_matcher_join_through_their_entry_point_groups(pl
     assert validate_config({"name": "p", "fusion": {"weights": {"source": "file", "file": "w.json"}},
                             "respond": {"responder": "first"}}).respond.responder == "first"
     nugget = Nugget(turn_id=turns[0].turn_id, nugget_id="1", text="abc")
-    assert MATCHERS.get("letters").build(MatcherSettings()).scores([(nugget, "cab"), (nugget, "xyz")]) == [1.0, 0.0]
+    assert MATCHERS.get("letters").build(MatcherSettings(matcher="letters")).scores([(nugget, "cab"), (nugget, "xyz")]) == [1.0, 0.0]
     with pytest.raises(ApcirError, match="did you mean 'letters'"):
         MATCHERS.get("leters")
 
@@ -149,3 +149,130 @@ def test_a_builtin_entrys_own_keys_are_read_as_strictly_and_guessed_as_the_share
         config(reranker="rankgpt", llm={"bse_url": "http://localhost:1/v1"})
     settings = config(reranker="rankgpt", window=10, llm={"base_url": "http://localhost:1/v1"}).rerank[0]
     assert (settings.window, settings.step, settings.llm.base_url) == (10, 10, "http://localhost:1/v1")
+
+
+# ---- the plugin nugget matcher `letters` and its own option, min_letters -------------------------------------
+# "big cat" against "it is a cat by a bag": every letter of the nugget is in the response's words (1.0 >= τ 0.9);
+# over the words of 3 letters or more (cat, bag), the i is not (5/6 < 0.9)
+NUGGET, RESPONSE = "big cat", "it is a cat by a bag"
+
+
+@pytest.fixture
+def nugget_files(tmp_path):
+    import json
+
+    (tmp_path / "nuggets.jsonl").write_text(json.dumps({"turn_id": TURN, "nugget_id": "1", "text": NUGGET}) + "\n")
+    (tmp_path / "responses.json").write_text(json.dumps({TURN: {"A": RESPONSE}}))
+    return tmp_path
+
+
+def test_the_plugin_matchers_option_is_reached_from_apcir_evaluate_responses(plugin, nugget_files, run_cli):
+    import json
+
+    code, out, err = run_cli("evaluate-responses", "--help")
+    assert code == 0 and "--min-letters" in out, err
+    recall = {}
+    for more in ([], ["--min-letters", "1"], ["--min-letters", "3"], ["--min-letters", "3", "--tau", "0.8"]):
+        code, out, err = run_cli("evaluate-responses", str(nugget_files / "responses.json"), "--topics", "ikat23-test",
+                                 "--nuggets", str(nugget_files / "nuggets.jsonl"), "--matcher", "letters", *more,
+                                 "--json")
+        assert code == 0, err
+        recall[" ".join(more)] = json.loads(out)["runs"]["A"]["recall"]
+    assert recall == {"": 1.0, "--min-letters 1": 1.0, "--min-letters 3": 0.0, "--min-letters 3 --tau 0.8": 1.0}
+    base = ["evaluate-responses", str(nugget_files / "responses.json"), "--topics", "ikat23-test", "--nuggets",
+            str(nugget_files / "nuggets.jsonl")]
+    code, _, err = run_cli(*base, "--matcher", "letters", "--min-letters", "0")
+    assert code == 2 and "--min-letters 0: Input should be greater than or equal to 1" in err, err
+    code, _, err = run_cli(*base, "--min-letters", "3")
+    assert code == 2 and err.strip() == ("error: --min-letters: not used by the lexical nugget matcher (letters reads "
+                                         "it); remove it"), err
+
+
+def test_the_plugin_matchers_keys_in_a_config_are_checked_like_a_builtins(plugin):
+    from apcir.experiment.config import validate_config
+
+    def evaluation(**keys):
+        return validate_config({"name": "p", "fusion": {"weights": {"source": "file", "file": "w.json"}},
+                                "evaluation": keys}).evaluation
+
+    chosen = evaluation(nugget_matcher="letters", nugget_min_letters=3, nugget_tau=0.8)
+    assert (chosen.options.min_letters, chosen.nugget_min_letters, chosen.nugget_tau) == (3, 3, 0.8)
+    assert chosen.matcher_settings().own(type(chosen.options)).min_letters == 3
+    assert chosen.model_dump()["nugget_min_letters"] == 3, "a dump spells the key as the config does"
+    with pytest.raises(ApcirError, match="evaluation: nugget_min_letters: not used by the lexical nugget matcher "
+                                         r"\(letters reads it\); remove it"):
+        evaluation(nugget_min_letters=3)
+    with pytest.raises(ApcirError, match="evaluation: nugget_encoder: not used by the letters nugget matcher "
+                                         r"\(embedding reads it\); remove it"):
+        evaluation(nugget_matcher="letters", nugget_encoder="e5")
+    with pytest.raises(ApcirError, match="evaluation.nugget_min_letters: Input should be greater than or equal to 1"):
+        evaluation(nugget_matcher="letters", nugget_min_letters=0)
+    with pytest.raises(ApcirError, match="evaluation.nugget_min_letters: Input should be a valid integer"):
+        evaluation(nugget_matcher="letters", nugget_min_letters="3")  # a config is read strictly
+    with pytest.raises(ApcirError, match=r"'evaluation\.nugget_min_leters': did you mean "
+                                         r"'evaluation\.nugget_min_letters'"):
+        evaluation(nugget_matcher="letters", nugget_min_leters=3)
+
+
+@pytest.mark.slow
+def test_the_plugin_matchers_option_is_reached_from_a_run_config(plugin, small, tmp_path, run_cli):
+    """`apcir run` on a config whose [evaluation] names the plugin matcher and its option: the option decides the
+    recall, and changing it redoes the evaluation (it is in the stage's fingerprint)."""
+    import json
+
+    root, collection, index, chosen = small
+    conversations = sorted({t.rsplit("_", 1)[0] for t in chosen})[:2]  # two: the cross-validation's folds
+    chosen = [t for t in chosen if t.rsplit("_", 1)[0] in conversations]
+    nuggets = tmp_path / "nuggets.jsonl"
+    nuggets.write_text(json.dumps({"turn_id": chosen[0], "nugget_id": "1", "text": "zzzz qqqq"}) + "\n")
+    toml = tmp_path / "letters.toml"
+
+    def run(min_letters: int) -> dict:
+        toml.write_text(f'''name = "letters"
+topics = "ikat23-test"
+turns = {json.dumps(chosen)}
+output_dir = "{root / 'letters-run'}"
+[retrieval]
+index = "{index}"
+collection = "{collection}"
+encoder = "splade-tiny"
+[fusion]
+baselines = false
+weights = {{ source = "cv", folds = 2, step = 0.1, bootstrap = 0 }}
+[evaluation]
+qrels = "ikat23-test-provenance"
+nuggets = "{nuggets}"
+nugget_matcher = "letters"
+nugget_min_letters = {min_letters}
+''')
+        code, _, err = run_cli("run", str(toml), "--no-progress")
+        assert code == 0, err
+        metrics = json.loads((root / "letters-run" / "metrics.json").read_text())
+        return metrics
+
+    assert run(1)["responses"]["nuggets"]["matcher"] == "letters"
+    # the response's own first long word as the nugget: covered over words of 1 letter or more; over words of 50
+    # letters or more the nugget has no letter, and covers nothing
+    text = json.loads((root / "letters-run" / "responses.jsonl").read_text().splitlines()[0])["text"]
+    word = max(text.split(), key=len)
+    nuggets.write_text(json.dumps({"turn_id": chosen[0], "nugget_id": "1", "text": word}) + "\n")
+    assert run(1)["responses"]["measures"]["nugget recall"] == 1.0
+    stages = json.loads((root / "letters-run" / "stages.json").read_text())
+    before = stages["evaluate"]["fingerprint"]
+    assert run(50)["responses"]["measures"]["nugget recall"] == 0.0
+    assert json.loads((root / "letters-run" / "stages.json").read_text())["evaluate"]["fingerprint"] != before
+
+
+def test_the_plugin_matchers_option_is_in_the_generated_reference(plugin):
+    sys.path.insert(0, str(DOCS))
+    try:
+        import gen_reference
+    finally:
+        sys.path.remove(str(DOCS))
+    config_page, cli_page = gen_reference.config_reference(), gen_reference.cli_reference()
+    assert "| `evaluation.nugget_min_letters` | int | `1` | letters: words shorter than this are left out of the " \
+           "nugget and the response |" in config_page
+    assert "| `evaluation.nugget_tau` | float \\| None | `None` | lexical, embedding, letters: " in config_page
+    section = cli_page.split("## `apcir evaluate-responses`", 1)[1].split("\n## ", 1)[0]
+    assert "| `--min-letters` |  | letters: words shorter than this are left out of the nugget and the response " \
+           "(default 1). |" in section

@@ -24,7 +24,8 @@ def test_a_backend_s_keys_are_validated_against_its_model_and_dumped_flat():
     # another backend's key at its default is accepted (a dump reloads after the backend changes); another value not
     assert RetrievalSettings.model_validate({**pisa.model_dump(), "backend": "embedded",
                                              "query_algorithm": "maxscore"}).backend == "embedded"
-    with pytest.raises(ApcirError, match="^query_algorithm: not used by the embedded retrieval backend; remove it$"):
+    with pytest.raises(ApcirError, match=r"^query_algorithm: not used by the embedded retrieval backend \(pisa reads "
+                                         r"it\); remove it$"):
         settings(RetrievalSettings, backend="embedded", query_algorithm="wand")
     with pytest.raises(ApcirError, match="--quantization-scale 0: Input should be greater than or equal to 1"):
         settings(RetrievalSettings, backend="pisa", quantization_scale=0)

@@ -32,9 +32,9 @@ from apcir.evaluation.nuggets import cv
 from apcir.evaluation.nuggets.cv import best_tau, cohen_kappa, kappa_of
 from apcir.evaluation.nuggets.gold import Nugget, NuggetSet
 from apcir.evaluation.nuggets.labels import HumanLabels, Label, LabelRow, load_labels
-from apcir.evaluation.nuggets.matchers import MatcherSettings
 from apcir.evaluation.nuggets.registry import MATCHERS
 from apcir.evaluation.nuggets.scores import MatcherInfo, match
+from apcir.evaluation.nuggets.settings import MatcherSettings
 
 __all__ = ["AgreementReport", "Figure", "Label", "agreement", "best_tau", "cohen_kappa", "load_labels"]
 
@@ -150,8 +150,9 @@ def agreement(nuggets: NuggetSet, runs: Mapping[str, Mapping[str, str]], labels:
               matcher: str, settings: MatcherSettings | None = None, *, folds: int = 5, seed: int = 0,
               resamples: int = 1000, splits: int = 0) -> AgreementReport:
     """The matcher's agreement with ``labels`` (module doc)."""
-    settings = settings or MatcherSettings()
     spec = MATCHERS.get(matcher)
+    settings = (settings or MatcherSettings(matcher=matcher)).for_matcher(matcher)
+    learned_model = getattr(settings.options, "learned_model", None)
     human = labels if isinstance(labels, HumanLabels) else HumanLabels(
         path="", layout="apcir", rows=tuple(LabelRow(*label) for label in labels))
     index = {(n.turn_id, n.nugget_id): n for items in nuggets.by_turn.values() for n in items}
@@ -169,13 +170,13 @@ def agreement(nuggets: NuggetSet, runs: Mapping[str, Mapping[str, str]], labels:
         raise ApcirError(f"none of the {len(human.rows)} labels matches a nugget and a response: "
                          + "; ".join(f"{n} {why}" for why, n in unmapped.items()))
     needed = sorted({label[:3] for _, kept, _ in resolutions for label in kept})
-    nested = spec.trained and not settings.learned_model
+    nested = spec.trained and not learned_model
     values, info = _values(nuggets, runs, needed, index, matcher, settings, nested)
     model_turns: set[str] = set()
-    if spec.trained and settings.learned_model:
+    if spec.trained and learned_model:
         from apcir.evaluation.nuggets.learned import load_model
 
-        model_turns = set(load_model(settings.learned_model).trained_on.turns)
+        model_turns = set(load_model(learned_model).trained_on.turns)
 
     def rows_of(kept: list[Label]) -> tuple[_Rows, int]:
         usable = [label for label in kept if values.get(label[:3]) is not None]
@@ -192,8 +193,8 @@ def agreement(nuggets: NuggetSet, runs: Mapping[str, Mapping[str, str]], labels:
         raise ApcirError(f"the learned model was trained on {len(shared)} of these labels' turns ({', '.join(shared[:3])}"
                          "): its figures on them would not be out-of-fold; measure it on other turns, or leave "
                          "--learned-model out (nested cross-validation)")
-    mode = "nested" if nested else "fixed" if (not spec.thresholded or settings.tau is not None
-                                               or spec.trained) else "cv"
+    fixed = not spec.thresholded or getattr(settings.options, "tau", None) is not None or spec.trained
+    mode = "nested" if nested else "fixed" if fixed else "cv"
     fixed_tau = spec.tau(settings) if mode == "fixed" else 0.0
 
     def decide(r: _Rows, split_seed: int) -> tuple[np.ndarray, list[float], list[float], int]:
@@ -262,8 +263,10 @@ def _values(nuggets: NuggetSet, runs: Mapping[str, Mapping[str, str]], needed: l
     """Each labelled (turn, run, nugget)'s score (the learned matcher without a model: its signals), in one pass."""
     if nested:
         from apcir.evaluation.nuggets.features import pair_features
+        from apcir.evaluation.nuggets.learned import LearnedOptions
 
-        matrix = pair_features([(index[(t, n)], runs[r][t]) for t, r, n in needed], settings.encoder)
+        encoder = settings.own(LearnedOptions).signals_encoder
+        matrix = pair_features([(index[(t, n)], runs[r][t]) for t, r, n in needed], encoder)
         return {key: matrix[i] for i, key in enumerate(needed)}, MatcherInfo(name=matcher, tau=0.0)
     labelled = {(t, n) for t, _, n in needed}
     subset = NuggetSet(name=nuggets.name, by_turn={t: [n for n in items if (t, n.nugget_id) in labelled]

@@ -14,20 +14,20 @@ nuggets train`` fits a model on a user's own copy and writes it as JSON (:class:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from scipy.optimize import minimize
 
 from apcir.errors import ApcirError
 from apcir.evaluation.nuggets import cv
 from apcir.evaluation.nuggets.cv import best_tau, check_disjoint, kappa_of
 from apcir.evaluation.nuggets.features import FEATURES, IDF_CORPUS, pair_features
-from apcir.evaluation.nuggets.matchers import Pair
+from apcir.evaluation.nuggets.matchers import EmbeddingOptions, Pair, ThresholdOptions
 from apcir.io import read_json, write_text
 
 LAMBDAS = (0.1, 1.0, 10.0, 100.0)
@@ -148,6 +148,33 @@ def nested_cv(features: np.ndarray, truth: np.ndarray, turns: Sequence[str], *, 
         lambdas.append(lam)
         taus.append(tau)
     return NestedResult(scores=scores, decisions=decisions, lambdas=lambdas, taus=taus)
+
+
+class LearnedOptions(ThresholdOptions):
+    """The learned matcher's options: its model file, and (without one) the bi-encoder of its cosine signal."""
+
+    learned_model: str | None = Field(None, description="the model file apcir nuggets train wrote (apcir nuggets "
+                                                        "agreement without one: nested cross-validation)")
+    encoder: str | None = Field(None, description="without learned_model only (apcir nuggets agreement's nested "
+                                                  "cross-validation): the bi-encoder of the cosine signal (default "
+                                                  "minilm); a model file names its own")
+
+    @classmethod
+    def unread_with(cls, given: Mapping[str, Any]) -> frozenset[str]:
+        return frozenset({"encoder"}) if given.get("learned_model") else frozenset()
+
+    @model_validator(mode="after")
+    def _encoder_without_a_model(self) -> LearnedOptions:
+        if self.encoder is not None and self.learned_model is not None:
+            raise ValueError("encoder: not used by the learned nugget matcher with a model file (learned_model names "
+                             "the encoder it was trained with); embedding reads it, and learned without a model "
+                             "(apcir nuggets agreement); remove it")
+        return self
+
+    @property
+    def signals_encoder(self) -> str:
+        """The bi-encoder of the cosine signal when no model file names one (the embedding matcher's default)."""
+        return self.encoder or str(EmbeddingOptions.model_fields["encoder"].default)
 
 
 # ---- the model file ------------------------------------------------------------------------------------------

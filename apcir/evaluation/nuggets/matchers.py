@@ -13,8 +13,10 @@
 - ``learned``: a logistic regression over the signals above and a few more, trained on a user's human labels
   (``apcir nuggets train``; :mod:`apcir.evaluation.nuggets.learned`); covered at a probability >= τ.
 
-The registry and the defaults are in :mod:`apcir.evaluation.nuggets.registry`. The default matcher is the one that agreed best with people among those that need no
-training, and the default τ of each thresholded matcher is the one cross-validation chose, both measured on the
+Each matcher's own options are a model here (:class:`LexicalOptions`, ...; the learned matcher's in its module);
+the registry and the defaults are in :mod:`apcir.evaluation.nuggets.registry`, the settings that hold the chosen
+matcher's options in :mod:`apcir.evaluation.nuggets.settings`. The default matcher is the one that agreed best
+with people among those that need no training, and the default τ of each thresholded matcher is the one cross-validation chose, both measured on the
 iKAT 2024 human study (1,086 labels; docs/guide/responses.md has the table and the command).
 """
 
@@ -27,28 +29,46 @@ from functools import lru_cache, partial
 from typing import Any, Protocol
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field, field_validator
 
 from apcir.evaluation.nuggets.gold import Nugget
 from apcir.llm.accounting import Accounting
 from apcir.llm.answers import InvalidAnswer, extract_json
 from apcir.llm.settings import LLMSettings
+from apcir.options import Options
 
 Pair = tuple[Nugget, str]
 """A nugget and the response text it is matched against."""
 
 
-class MatcherSettings(BaseModel):
-    """What a matcher needs: its threshold, the encoder of ``embedding``, the model and client of ``llm``."""
+class ThresholdOptions(Options):
+    """The option of a thresholded matcher: a pair is covered when its score is at least τ."""
 
-    model_config = ConfigDict(extra="forbid")
+    tau: float | None = Field(None, ge=0, description="the threshold a score is covered at (default: the matcher's; "
+                                                      "apcir nuggets agreement: chosen by cross-validation)")
 
-    tau: float | None = Field(None, ge=0, description="threshold of a thresholded matcher (default: the matcher's)")
-    encoder: str = Field("minilm", description="embedding: the bi-encoder (minilm, a path or a hub id)")
-    model: str | None = Field(None, description="llm: the model (gpt-4o, smollm2, ...)")
-    batched: bool = Field(True, description="llm: one request per turn and response (False: one per nugget)")
-    learned_model: str | None = Field(None, description="learned: the model file apcir nuggets train wrote")
-    llm: LLMSettings = Field(default_factory=LLMSettings)
+
+class LexicalOptions(ThresholdOptions):
+    """The lexical matcher's options: τ only."""
+
+
+class EmbeddingOptions(ThresholdOptions):
+    encoder: str = Field("minilm", description="the bi-encoder (minilm, a path or a hub id)")
+
+    @field_validator("encoder")
+    @classmethod
+    def _known_encoder(cls, value: str) -> str:
+        from apcir.retrieval.settings import check_encoder  # a near miss of a packaged model's name: refused
+
+        return check_encoder(value)
+
+
+class LLMMatcherOptions(Options):
+    model: str | None = Field(None, description="the model (gpt-4o, smollm2, ...)",
+                              json_schema_extra={"flag": "--matcher-model"})
+    batched: bool = Field(True, description="one request per turn and response, the nuggets numbered (--per-nugget: "
+                                            "one per nugget)", json_schema_extra={"flag": "--batched/--per-nugget"})
+    llm: LLMSettings = Field(default_factory=LLMSettings, description="server, cache and client settings")
 
 
 class Matcher(Protocol):

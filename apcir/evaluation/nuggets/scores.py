@@ -21,8 +21,9 @@ from pydantic import BaseModel, Field
 
 from apcir.errors import ApcirError
 from apcir.evaluation.nuggets.gold import NuggetSet, check_runs_against
-from apcir.evaluation.nuggets.matchers import LLMMatcher, MatcherSettings, Pair
+from apcir.evaluation.nuggets.matchers import LLMMatcher, Pair
 from apcir.evaluation.nuggets.registry import DEFAULT_MATCHER, MATCHERS
+from apcir.evaluation.nuggets.settings import MatcherSettings
 from apcir.metrics.significance import Comparison, SignificanceSettings, compare_with
 
 RECALL, WEIGHTED = "nugget recall", "weighted nugget recall"
@@ -76,8 +77,10 @@ class NuggetReport(BaseModel):
 
 def match(nuggets: NuggetSet, runs: Mapping[str, Mapping[str, str]], matcher: str,
           settings: MatcherSettings) -> tuple[dict[str, dict[str, list[float | None]]], MatcherInfo]:
-    """Each run's matcher scores per turn (one list per turn, in the nuggets' order), in one matcher call."""
+    """Each run's matcher scores per turn (one list per turn, in the nuggets' order), in one matcher call
+    (``settings`` are taken for ``matcher``: :meth:`MatcherSettings.for_matcher`)."""
     spec = MATCHERS.get(matcher)
+    settings = settings.for_matcher(matcher)
     built = spec.build(settings)
     pairs: list[Pair] = []
     where: list[tuple[str, str]] = []
@@ -135,9 +138,11 @@ def run_scores(run: str, nuggets: NuggetSet, scores: Mapping[str, Sequence[float
 def score_runs(nuggets: NuggetSet, runs: Mapping[str, Mapping[str, str]], matcher: str = DEFAULT_MATCHER,
                settings: MatcherSettings | None = None, *, baseline: str | None = None,
                compare_matcher: str | None = None, levels: Mapping[str, str] | None = None,
-               significance: SignificanceSettings | None = None) -> NuggetReport:
-    """Every run's nugget recall under ``matcher`` (and ``compare_matcher``), with tests against ``baseline``."""
-    settings = settings or MatcherSettings()
+               significance: SignificanceSettings | None = None,
+               compare_settings: MatcherSettings | None = None) -> NuggetReport:
+    """Every run's nugget recall under ``matcher`` (and ``compare_matcher``, with ``compare_settings``, by default
+    ``settings``' keys it reads but τ), with tests against ``baseline``."""
+    settings = settings or MatcherSettings(matcher=matcher)
     check_runs_against(runs, nuggets)
     if baseline is not None and baseline not in runs:
         raise ApcirError(f"--baseline {baseline!r} is not one of the runs: {', '.join(sorted(runs))}")
@@ -158,7 +163,8 @@ def score_runs(nuggets: NuggetSet, runs: Mapping[str, Mapping[str, str]], matche
         per_turn = {r: {t: {RECALL: v.recall} for t, v in s.per_turn.items()} for r, s in report.runs.items()}
         report.tests = compare_with(per_turn, baseline, [RECALL], significance)
     if compare_matcher is not None:
-        other_scores, other_info = match(nuggets, answered, compare_matcher, settings.model_copy(update={"tau": None}))
+        other = compare_settings or settings.for_matcher(compare_matcher, keep_tau=False)
+        other_scores, other_info = match(nuggets, answered, compare_matcher, other)
         report.compare_matcher = other_info
         report.compare_recall = {run: run_scores(run, nuggets, other_scores[run], other_info.tau).recall
                                  for run in runs}

@@ -1,6 +1,7 @@
 """A third-party re-ranker with an option of its own (``favour``), as a package outside apcir would ship it:
 its spec names its options model, so ``[rerank] favour = "long"`` and ``apcir rerank --favour long`` reach it
-and the reference pages list it, with no edit to apcir; and a responder and a nugget matcher through the
+and the reference pages list it, with no edit to apcir; a responder, and a nugget matcher with an option of its
+own (``min_letters``: ``[evaluation] nugget_min_letters``, ``apcir evaluate-responses --min-letters``), through the
 ``apcir.responders`` and ``apcir.matchers`` groups (see knob_apcir_plugin-0.1.dist-info/entry_points.txt)."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from apcir.evaluation.nuggets.matchers import ThresholdOptions
 from apcir.evaluation.nuggets.registry import MatcherSpec
 from apcir.options import Options
 from apcir.reranking.base import Ranked, RerankStats
@@ -64,11 +66,29 @@ RESPONDER = ResponderSpec("first", "the first passage, cited (a plugin)", "first
                           lambda settings: {"code": "first-v1"}, produce_first)
 
 
-# ---- a nugget matcher: the share of the nugget's characters found in the response --------------------------
+# ---- a nugget matcher with an option (offline, so a run's [evaluation] may name it): the share of the nugget's
+# letters found in the response, over the words of at least min_letters letters ------------------------------
+class LettersOptions(ThresholdOptions):
+    min_letters: int = Field(1, ge=1, description="words shorter than this are left out of the nugget and the "
+                                                  "response")
+
+
+def letters(text, min_letters):
+    return set("".join(w for w in text.lower().split() if len(w) >= min_letters))
+
+
 class Letters:
+    def __init__(self, options: LettersOptions) -> None:
+        self.min_letters = options.min_letters
+
     def scores(self, pairs):
-        return [len(set(n.text.lower()) & set(r.lower())) / max(len(set(n.text.lower())), 1) for n, r in pairs]
+        out = []
+        for nugget, response in pairs:
+            wanted = letters(nugget.text, self.min_letters)
+            out.append(len(wanted & letters(response, self.min_letters)) / max(len(wanted), 1))
+        return out
 
 
 MATCHER = MatcherSpec("letters", "letter overlap", "share of the nugget's letters in the response (a plugin)", True,
-                      0.9, "free", lambda settings: Letters())
+                      0.9, "free", lambda settings: Letters(settings.own(LettersOptions)), in_runs=True,
+                      options=LettersOptions)
