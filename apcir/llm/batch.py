@@ -20,7 +20,8 @@ from apcir.console import progress as progress_bar
 from apcir.errors import ApcirError
 from apcir.io import RecordAppender, exclusive, read_record_log, write_json
 from apcir.llm.accounting import Accounting, ModelUsage
-from apcir.registry import call_ref
+from apcir.options import Options
+from apcir.registry import Syntax, call_ref
 
 
 class BatchSummary(BaseModel):
@@ -145,6 +146,10 @@ class ProducerSpec:
     * ``identity(...) -> dict``: what identifies its output (the stage fingerprint's part);
     * ``produce(items, settings, emit, *, accounting, refresh) -> structured mode or None`` (:func:`run_batch`'s
       ``produce``).
+
+    Its ``syntax`` says how it is named (:data:`apcir.registry.Syntax`; the registry's ``resolve`` reads a name so),
+    and ``options`` names the model of its own keys (:mod:`apcir.options`), a class or a ``"module:Class"``
+    reference to its own module.
     """
 
     name: str
@@ -154,6 +159,11 @@ class ProducerSpec:
     offline: bool
     identity: str | Callable[..., dict[str, Any]]
     produce: str | Callable[..., str | None]
+    syntax: Syntax = "name"
+    """``name`` (``heuristic``), ``prefix`` (``file:PATH``) or ``other`` (any other name: a model's)."""
+    options: str | type[Options] = Options
+    """The model of its own keys: the stage section's keys it reads besides the shared ones (any other entry's key
+    is refused), generated as the command's options."""
 
     def call(self, which: str, *args: Any, **kwargs: Any) -> Any:
         """Call the function field ``which``; a field that is None gives ``{}``."""

@@ -95,9 +95,8 @@ def _config_snapshot(settings: RespondSettings, offline: bool, refresh: bool) ->
         "max_words": settings.max_words,
         "created": timestamp(),
     }
-    if offline:
-        config["max_sentences"] = settings.max_sentences
-    else:
+    config.update(settings.options.model_dump())  # the responder's own keys
+    if not offline:
         config.update(settings.client_snapshot(refresh))
     return config
 
