@@ -18,7 +18,6 @@ from apcir.cli.common import (
     entry_options,
     finish_batch,
     llm_options,
-    llm_values,
     print_batch_summary,
     print_json,
     settings,
@@ -91,7 +90,7 @@ def prompt_switches(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @entry_options(REFORMULATORS)
-@llm_options()
+@llm_options(into="options")
 @prompt_switches
 def reformulate_command(
     topics: str = typer.Option(..., "--topics", "-t", help="Bundled topics (ikat23-test, ...) or a topic file."),
@@ -108,15 +107,12 @@ def reformulate_command(
     ),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
-    llm: dict[str, Any] | None = None,
     options: dict[str, Any] | None = None,
 ) -> None:
     """Personalisation level and three reformulations per turn, one JSONL record per turn."""
-    given = llm or {}
-    chosen = settings(ReformulatorOptions, method=method, **llm_values(given), prompt=_given(switches),
-                      map=parse_map(field_map) or None, **(options or {}))
-    refuse_inputs_as_outputs([out], [topics, judged_only, *chosen.inputs(), given.get("prices"),
-                                     given.get("cache_dir")])
+    chosen = settings(ReformulatorOptions, method=method, prompt=_given(switches), map=parse_map(field_map) or None,
+                      **(options or {}))
+    refuse_inputs_as_outputs([out], [topics, judged_only, *chosen.inputs(), chosen.prices, chosen.cache_dir])
     selected = datasets.select_turns(topics, turns, judged_only)
     summary = reformulate(selected, chosen, out, refresh=refresh, progress=not no_progress)
     finish_batch(summary, as_json, print_summary)

@@ -14,7 +14,6 @@ from apcir.cli.common import (
     entry_options,
     finish_batch,
     llm_options,
-    llm_values,
     print_batch_summary,
     settings,
 )
@@ -107,7 +106,7 @@ def _shared_help(key: str, what: str) -> str:
 
 
 @entry_options(RESPONDERS)
-@llm_options()
+@llm_options(into="options")
 def respond_command(
     run: Path | None = typer.Argument(None, help="TREC run (the final, fused run): its top passages are cited. "
                                                  "None (LaMP-QA, no retrieval): answers without passages or citations."),
@@ -131,16 +130,13 @@ def respond_command(
     refresh: bool = typer.Option(False, "--refresh", help="Start over: ignore the output's records and the cache."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
-    llm: dict[str, Any] | None = None,
     options: dict[str, Any] | None = None,
 ) -> None:
     """One grounded response per turn from the run's top passages, citing them inline by their number (1 to k)."""
-    given = llm or {}
-    chosen = settings(RespondSettings, responder=responder, top_k=top_k, max_words=max_words, **(options or {}),
-                      **llm_values(given))
+    chosen = settings(RespondSettings, responder=responder, top_k=top_k, max_words=max_words, **(options or {}))
     check_writable(out, "responses file")
-    refuse_inputs_as_outputs([out], [run, topics, collection, reformulations, ptkb_run, given.get("prices"),
-                                     given.get("cache_dir")])
+    refuse_inputs_as_outputs([out], [run, topics, collection, reformulations, ptkb_run, chosen.prices,
+                                     chosen.cache_dir])
     selected = datasets.select_turns(topics, turns)
     if run is not None and collection is None:
         raise ApcirError("--collection: needed with a run (the texts of the passages cited)")

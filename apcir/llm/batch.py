@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from apcir.console import progress as progress_bar
 from apcir.errors import ApcirError
 from apcir.io import RecordAppender, exclusive, read_record_log, write_json
 from apcir.llm.accounting import Accounting, ModelUsage
-from apcir.options import Options
+from apcir.llm.settings import LLM_FIELDS, LLMSettings, refuse_unused
+from apcir.options import EntrySettings, Options
 from apcir.registry import Syntax, call_ref
 
 
@@ -169,6 +170,43 @@ class ProducerSpec:
         """Call the function field ``which``; a field that is None gives ``{}``."""
         target = getattr(self, which)
         return {} if target is None else call_ref(target, *args, **kwargs)
+
+
+class ProducerSettings(EntrySettings, LLMSettings):
+    """The settings of a stage whose entries are :class:`ProducerSpec` s (``[reformulator]``, ``[respond]``): the
+    entry's name (``ENTRY_KEY``), the keys every entry reads, the client's (read only by an entry that asks a model:
+    an offline one refuses them) and, in ``options``, the chosen entry's own (:class:`~apcir.options.EntrySettings`)."""
+
+    @model_validator(mode="after")
+    def _offline_asks_no_model(self) -> ProducerSettings:
+        entry = self.entry()
+        if entry.offline:
+            refuse_unused(self, LLM_FIELDS, f"by the {entry.name} {self.ENTRY_REGISTRY.concept} (offline, no model)")
+        return self
+
+    @property
+    def argument(self) -> str:
+        """What the entry's name gives the entry: a model's name, ``MODEL`` of ``pathways:MODEL``, ``PATH`` of
+        ``file:PATH``; "" for an entry named as it is (:meth:`~apcir.registry.Registry.resolve`)."""
+        return str(self.ENTRY_REGISTRY.resolve(getattr(self, self.ENTRY_KEY))[1])
+
+    def llm_settings(self) -> LLMSettings:
+        """The client part of these settings (server, retries, cache, generation parameters)."""
+        return LLMSettings.model_validate(self.model_dump(include=set(LLMSettings.model_fields), exclude_unset=True))
+
+    def accounting(self) -> Accounting:
+        """Requests and cost, priced by ``prices``."""
+        return Accounting(self.price_table())
+
+    def config_snapshot(self, head: dict[str, Any], refresh: bool) -> dict[str, Any]:
+        """What a stage's summary says of how it was configured: ``head`` (the stage's own: the name, ...), whether
+        the entry is offline, when, the entry's own keys and, for an entry that asks a model, the client's (never
+        the key, the URL without credentials)."""
+        from apcir.io import timestamp
+
+        offline = bool(self.entry().offline)
+        return {**head, "offline": offline, "created": timestamp(), **self.options.model_dump(mode="json"),
+                **({} if offline else self.client_snapshot(refresh))}
 
 
 Item = TypeVar("Item")

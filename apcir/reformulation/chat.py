@@ -16,7 +16,7 @@ from apcir.contract.reformulations import ReformulationOutput, ReformulationReco
 from apcir.llm.accounting import Accounting
 from apcir.llm.cache import cache_key
 from apcir.llm.jobs import Answer, Ask, ask_all
-from apcir.llm.settings import LLMSettings, public_url
+from apcir.llm.settings import public_url
 from apcir.llm.tokens import TokenCounter
 from apcir.options import Options
 from apcir.reformulation.prompt import (
@@ -109,7 +109,7 @@ def produce(
     refresh: bool = False,
 ) -> str | None:
     """Ask the model for every turn, emitting each record as soon as its answer is in."""
-    settings = LLMSettings.model_validate(options.model_dump(include=set(LLMSettings.model_fields), exclude_unset=True))
+    settings = options.llm_settings()
     cot, persona = prompt_of(options).cot, prompt_of(options).track_persona
     prompts, notes = fitted_prompts(turns, options)
     by_id = {t.turn_id: t for t in turns}

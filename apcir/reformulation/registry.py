@@ -9,14 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from apcir.llm.batch import ProducerSpec
 from apcir.registry import InRegistry, Registry
 
-if TYPE_CHECKING:
-    from apcir.llm.accounting import Accounting
-    from apcir.reformulation.settings import ReformulatorOptions
 
 @dataclass(frozen=True)
 class ReformulatorSpec(ProducerSpec):
@@ -83,9 +80,3 @@ def is_offline(method: str) -> bool:
 def usage_help() -> str:
     """One line for ``--llm`` help, from the registry."""
     return "; ".join(f"{r.usage}: {r.description}" for r in REFORMULATORS)
-
-
-def accounting_for(options: ReformulatorOptions) -> Accounting:
-    from apcir.llm.accounting import Accounting
-
-    return Accounting(options.price_table())

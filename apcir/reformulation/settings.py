@@ -2,8 +2,8 @@
 
 Both build the same :class:`ReformulatorOptions`, so a config and a command line
 with the same values send the same prompts with the same parameters. The keys every
-reformulator reads are fields here (with the client's, :class:`~apcir.llm.settings.LLMSettings`, which only a
-reformulator that asks a model reads); the chosen reformulator's own keys (its spec's ``options`` model: a model's
+reformulator reads are fields here (with the client's, which only a reformulator that asks a model
+reads: :class:`~apcir.llm.batch.ProducerSettings`); the chosen reformulator's own keys (its spec's ``options`` model: a model's
 ``prompt``, ``file:PATH``'s ``map`` and ``level_fallback``, a plugin's) are given beside them and kept in ``options``
 (:class:`apcir.options.EntrySettings`).
 """
@@ -14,14 +14,14 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, model_validator
 
-from apcir.llm.settings import LLM_FIELDS, LLMSettings, refuse_unused
-from apcir.options import EntrySettings
+from apcir.llm.batch import ProducerSettings
+from apcir.llm.settings import LLM_FIELDS
 from apcir.reformulation.registry import REFORMULATORS
 from apcir.registry import InRegistry, Registry
 from apcir.settings import renamed_key
 
 
-class ReformulatorOptions(EntrySettings, LLMSettings):
+class ReformulatorOptions(ProducerSettings):
     """Who reformulates (``method``) and, for a model, how it is asked."""
 
     ENTRY_KEY: ClassVar[str] = "method"
@@ -38,19 +38,6 @@ class ReformulatorOptions(EntrySettings, LLMSettings):
     @classmethod
     def _method_was_llm(cls, data: Any) -> Any:
         return renamed_key(data, "llm", "method", "[reformulator]")
-
-    @model_validator(mode="after")
-    def _offline_asks_no_model(self) -> ReformulatorOptions:
-        spec = self.entry()
-        if spec.offline:
-            refuse_unused(self, LLM_FIELDS, f"with method = {self.method!r} (offline, no model)")
-        return self
-
-    @property
-    def argument(self) -> str:
-        """What the method's name gives its reformulator: the model's name, ``PATH`` of ``file:PATH``; "" for one
-        named as it is (:meth:`~apcir.registry.Registry.resolve`)."""
-        return REFORMULATORS.resolve(self.method)[1]
 
     def with_method(self, method: str) -> ReformulatorOptions:
         """These settings for another method (the tuning leg's ``fusion.weights.tune_method``): the shared keys kept

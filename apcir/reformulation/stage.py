@@ -33,10 +33,9 @@ from apcir.contract.reformulations import (
 )
 from apcir.contract.stage import Stage, StageContext, StageResult, an_output
 from apcir.errors import ApcirError
-from apcir.io import RecordAppender, timestamp
+from apcir.io import RecordAppender
 from apcir.llm.accounting import Accounting
 from apcir.llm.batch import Batch, BatchSummary, run_batch
-from apcir.reformulation.registry import accounting_for
 from apcir.reformulation.settings import ReformulatorOptions
 
 
@@ -92,22 +91,10 @@ def reformulate(
     return run_batch(
         turns, out, what="reformulations", record=ReformulationRecord, key=lambda turn: turn.turn_id,
         settings=shaping_settings(options), description=f"reformulate {options.method}",
-        accounting=lambda: accounting_for(options), config=lambda: _config_snapshot(options, spec.offline, refresh),
+        accounting=options.accounting, config=lambda: options.config_snapshot({"llm": options.method,
+                                                                               "versions": _versions()}, refresh),
         produce=produce, summarise=lambda batch, fields: _summary(options.method, batch, fields),
         check_existing=check_existing, refresh=refresh, progress=progress, redo_stale=redo_stale)
-
-
-def _config_snapshot(options: ReformulatorOptions, offline: bool, refresh: bool) -> dict[str, Any]:
-    config: dict[str, Any] = {
-        "llm": options.method,
-        "offline": offline,
-        "created": timestamp(),
-        "versions": _versions(),
-    }
-    config.update(options.options.model_dump(mode="json"))  # the reformulator's own keys
-    if not offline:
-        config.update(options.client_snapshot(refresh))
-    return config
 
 
 def _versions() -> dict[str, str]:

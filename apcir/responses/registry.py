@@ -16,7 +16,6 @@ from apcir.llm.batch import ProducerSpec
 from apcir.registry import InRegistry, Registry
 
 if TYPE_CHECKING:
-    from apcir.llm.accounting import Accounting
     from apcir.responses.settings import RespondSettings
 
 _HERE = Path(__file__).resolve().parent
@@ -95,9 +94,3 @@ def check_responder(name: str) -> str:
 def usage_help() -> str:
     """One line for ``--responder`` help, from the registry."""
     return "; ".join(f"{r.usage}: {r.description}" for r in RESPONDERS)
-
-
-def accounting_for(settings: RespondSettings) -> Accounting:
-    from apcir.llm.accounting import Accounting
-
-    return Accounting(settings.price_table())
