@@ -118,9 +118,7 @@ def _best_of(jobs: Sequence[ResponseJob], settings: RespondSettings, emit: Calla
              accounting: Accounting, refresh: bool) -> str | None:
     """Best-of-N: ``best_of`` samples per turn (seed i, ``sample_temperature``), then the same aggregation as
     Pathways of Thoughts (the user's aspects, then a mixture or a pick)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from apcir.responses.pathways import Asker, Pathway, aggregate, finished_record
+    from apcir.responses.pathways import Asker, Pathway, answer_each
 
     own = settings.own(ChatOptions)
     cot = own.personalisation == "cot"
@@ -136,14 +134,7 @@ def _best_of(jobs: Sequence[ResponseJob], settings: RespondSettings, emit: Calla
         return Pathway(index, actions=["sample"], response=answer.value, named=named, usage=answer.usage,
                        seconds=answer.seconds, stopped=None if answer.value is not None else str(answer.error))
 
-    with ThreadPoolExecutor(max_workers=settings.llm_settings().effective_concurrency()) as pool:
-        futures = {job.turn.turn_id: [pool.submit(sample, job, i) for i in range(own.best_of)] for job in jobs}
-        for job in jobs:
-            samples = [f.result() for f in futures[job.turn.turn_id]]
-            final = aggregate(job, samples, settings, asker)
-            if final.response is None:
-                warn(f"turn {job.turn.turn_id} failed: {final.error}")
-            emit(finished_record(job, settings, samples, final))
+    answer_each(jobs, own.best_of, sample, settings, asker, emit)
     return asker.mode
 
 

@@ -168,7 +168,7 @@ def profile_for(job: ResponseJob, index: int, settings: RespondSettings) -> list
     return [s for i, s in enumerate(job.statements) if i in chosen]
 
 
-def run_pathway(job: ResponseJob, index: int, settings: RespondSettings, asker: Asker) -> Pathway:
+def run_pathway(job: ResponseJob, index: int, *, settings: RespondSettings, asker: Asker) -> Pathway:
     """One pathway of one turn (see the module doc)."""
     pathway = Pathway(index)
     own = settings.own(PathwaysOptions)
@@ -296,6 +296,30 @@ def finished_record(job: ResponseJob, settings: RespondSettings, pathways: Seque
                           ptkb_used=final.statements, usage=usage, seconds=seconds, notes=[*job.notes, *notes])
 
 
+def answer_each(jobs: Sequence[ResponseJob], count: int, unit: Callable[[ResponseJob, int], Pathway],
+                settings: RespondSettings, asker: Asker, emit: Callable[[ResponseRecord], None], *,
+                done_with: Callable[[ResponseJob, list[Pathway], Aggregate], None] | None = None) -> None:
+    """Run ``count`` units of every job (its pathways, or a model's best-of-N samples: ``unit(job, index)``) in a pool
+    of the client's concurrency; as soon as a job's are all in, aggregate them in index order (:func:`aggregate`),
+    say a failure, hand them to ``done_with`` (the trace) and emit the turn's record."""
+    by_id = {job.turn.turn_id: job for job in jobs}
+    done: dict[str, list[Pathway]] = {turn: [] for turn in by_id}
+    with ThreadPoolExecutor(max_workers=settings.llm_settings().effective_concurrency()) as pool:
+        owner = {pool.submit(unit, job, i): job.turn.turn_id for job in jobs for i in range(count)}
+        for future in as_completed(owner):
+            turn = owner[future]
+            done[turn].append(future.result())
+            if len(done[turn]) < count:
+                continue
+            job, units = by_id[turn], sorted(done[turn], key=lambda unit: unit.index)
+            final = aggregate(job, units, settings, asker)
+            if final.response is None:
+                warn(f"turn {turn} failed: {final.error}")
+            if done_with is not None:
+                done_with(job, units, final)
+            emit(finished_record(job, settings, units, final))
+
+
 def _trace_lines(job: ResponseJob, pathways: Sequence[Pathway], final: Aggregate,
                  usage: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
     lines: list[dict[str, Any]] = [
@@ -322,26 +346,16 @@ def produce(
     if not askable:
         return None
     handle = trace.open("a", encoding="utf-8") if trace is not None else None
-    done: dict[str, list[Pathway]] = {job.turn.turn_id: [] for job in askable}
-    by_id = {job.turn.turn_id: job for job in askable}
+
+    def traced(job: ResponseJob, pathways: list[Pathway], final: Aggregate) -> None:
+        if handle is not None:
+            for line in _trace_lines(job, pathways, final, asker.by_turn.get(job.turn.turn_id, {})):
+                handle.write(json.dumps(line, ensure_ascii=False) + "\n")
+            handle.flush()
+
     try:
-        with ThreadPoolExecutor(max_workers=settings.llm_settings().effective_concurrency()) as pool:
-            owner = {pool.submit(run_pathway, job, i, settings, asker): job.turn.turn_id for job in askable
-                     for i in range(own.pathways)}
-            for future in as_completed(owner):
-                turn = owner[future]
-                done[turn].append(future.result())
-                if len(done[turn]) < own.pathways:
-                    continue
-                job = by_id[turn]
-                final = aggregate(job, done[turn], settings, asker)
-                if final.response is None:
-                    warn(f"turn {turn} failed: {final.error}")
-                if handle is not None:
-                    for line in _trace_lines(job, done[turn], final, asker.by_turn.get(turn, {})):
-                        handle.write(json.dumps(line, ensure_ascii=False) + "\n")
-                    handle.flush()
-                emit(finished_record(job, settings, done[turn], final))
+        answer_each(askable, own.pathways, partial(run_pathway, settings=settings, asker=asker), settings, asker,
+                    emit, done_with=traced)
     finally:
         if handle is not None:
             handle.close()
