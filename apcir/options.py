@@ -23,7 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, InitErrorDetails
 
-from apcir.registry import Registry
+from apcir.errors import ApcirError
+from apcir.registry import Registry, load_ref
 
 
 class Options(BaseModel):
@@ -57,8 +58,11 @@ class OptionField:
 
 
 def options_of(entry: Any) -> type[Options]:
-    """An entry's options model (:class:`Options` for an entry that declares none)."""
+    """An entry's options model (:class:`Options` for an entry that declares none): a class, or a ``"module:Class"``
+    reference to the entry's own module, imported now."""
     model = getattr(entry, "options", None)
+    if isinstance(model, str):
+        model = load_ref(model)
     return model if isinstance(model, type) and issubclass(model, Options) else Options
 
 
@@ -134,6 +138,21 @@ class EntrySettings(BaseModel):
     def _entry_name(cls, data: dict[str, Any]) -> Any:
         return data.get(cls.ENTRY_KEY, cls.model_fields[cls.ENTRY_KEY].get_default(call_default_factory=True))
 
+    @classmethod
+    def entry_for(cls, name: Any) -> Any | None:
+        """The entry a name stands for, as the registry reads names (``pathways:gpt-4o`` is ``pathways``'s, a model's
+        name the open-ended entry's: :meth:`~apcir.registry.Registry.resolve`); None for no entry."""
+        if not isinstance(name, str):
+            return None
+        try:
+            return cls.ENTRY_REGISTRY.resolve(name)[0]
+        except ApcirError:
+            return None
+
+    def entry(self) -> Any:
+        """The chosen entry (its spec)."""
+        return self.ENTRY_REGISTRY.resolve(getattr(self, self.ENTRY_KEY))[0]
+
     @model_validator(mode="before")
     @classmethod
     def _gather_options(cls, data: Any) -> Any:
@@ -147,7 +166,8 @@ class EntrySettings(BaseModel):
             given.model_dump(exclude_unset=True) if isinstance(given, BaseModel) else {})
         name = cls._entry_name(data)
         registry = cls.ENTRY_REGISTRY
-        chosen = options_of(registry.get(name)) if isinstance(name, str) and name in registry else None
+        entry = cls.entry_for(name)
+        chosen = options_of(entry) if entry is not None else None
         every = cls.entry_fields()
         foreign: list[str] = []
         for spelt in [k for k in data if k not in cls.model_fields]:
@@ -166,8 +186,7 @@ class EntrySettings(BaseModel):
 
     @model_validator(mode="after")
     def _validate_options(self, info: ValidationInfo) -> EntrySettings:
-        name = getattr(self, self.ENTRY_KEY)
-        model = options_of(self.ENTRY_REGISTRY.get(name))
+        model = options_of(self.entry())
         if not isinstance(self.options, model):
             raw = self.options if isinstance(self.options, dict) else {}
             strict = bool((info.context or {}).get("strict"))  # a config is read strictly, its entry's keys too

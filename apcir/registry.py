@@ -28,6 +28,11 @@ for something open-ended (a reformulator or responder name that is not
 registered is a model's) refuses only a name that is a near miss of a
 registered one (:meth:`Registry.near_miss`), so ``heuristc`` is caught before any
 model is asked for it.
+
+An entry owns its name syntax (its ``syntax``, :data:`Syntax`): it is named as it
+is (``heuristic``), by its name and an argument (``file:PATH``, ``pathways:MODEL``),
+or it takes any other name (a model's: ``gpt-4o``). :meth:`Registry.resolve` reads a
+name so, the one place that does: no caller tests a prefix.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import difflib
 import importlib
 from collections.abc import Callable, Iterable, Iterator
 from importlib import metadata
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from apcir.errors import ApcirError
 
@@ -94,6 +99,17 @@ class Named(Protocol):
 
 
 T = TypeVar("T", bound=Named)
+
+Syntax = Literal["name", "prefix", "other"]
+"""How a config or a command names an entry: ``name``, by its name (``heuristic``); ``prefix``, by its name, a colon
+and an argument (``file:PATH``, ``pathways:MODEL``); ``other``, by any name no other entry takes (a model's name,
+``gpt-4o``: the argument is the whole name). An entry without a ``syntax`` attribute is named by its name."""
+
+
+def syntax_of(entry: Any) -> Syntax:
+    """An entry's :data:`Syntax` (``name`` when it declares none)."""
+    found = getattr(entry, "syntax", "name")
+    return "prefix" if found == "prefix" else "other" if found == "other" else "name"
 
 NEAR_MISS = 0.8
 """How alike (difflib's ratio) an unregistered name must be to a registered one to be taken for a misspelling of it,
@@ -221,6 +237,33 @@ class Registry(Generic[T]):
             return None
         return near_miss(self.concept, name, list(usages) if usages is not None else list(self._entries))
 
+    def resolve(self, name: str) -> tuple[T, str]:
+        """The entry ``name`` stands for and the argument the name gives it, as the entries' syntax says
+        (:data:`Syntax`): an entry named as it is (argument ``""``); ``NAME:ARGUMENT`` of an entry named with an
+        argument (the text after the first colon, which may be empty: :class:`InRegistry` refuses that); else the
+        entry that takes any other name (the argument is the whole name). In a registry without such an entry an
+        unknown name is refused as :meth:`get` refuses it."""
+        self.load_plugins()
+        entry = self._entries.get(name)
+        if entry is not None and syntax_of(entry) == "name":
+            return entry, ""
+        colon = name.find(":")  # NAME:ARGUMENT (a module:function reference is load_ref's, not a name)
+        entry = self._entries.get(name[:colon]) if colon > 0 else None
+        argument = name[colon + 1:]
+        if entry is not None and syntax_of(entry) == "prefix":
+            return entry, argument
+        other = next((e for e in self._entries.values() if syntax_of(e) == "other"), None)
+        if other is None:
+            return self.get(name), ""
+        return other, name
+
+    def usages(self) -> list[str]:
+        """How names other than the open-ended entry's are written: the entries named as they are, and ``NAME:`` for
+        those named with an argument (the prefixes a near miss is compared with)."""
+        self.load_plugins()
+        return [e.name + (":" if syntax_of(e) == "prefix" else "") for e in self._entries.values()
+                if syntax_of(e) != "other"]
+
     def names(self) -> tuple[str, ...]:
         self.load_plugins()
         return tuple(self._entries)
@@ -247,7 +290,8 @@ class InRegistry:
     """The one annotated type for "a name registered in ``registry``": ``Annotated[str, InRegistry(RERANKERS)]``
     refuses (a pydantic error on the field) a name the registry does not have, with the closest names, as
     :meth:`Registry.validate` does; ``open_ended`` registries (a responder's other names are models') refuse only
-    a near miss (:meth:`Registry.near_miss`, ``usages`` as it takes them). With ``blank`` (the message refusing an
+    a near miss (:meth:`Registry.near_miss`, ``usages`` as it takes them, by default :meth:`Registry.usages`) and
+    an entry's name without the argument it needs (``file:``). With ``blank`` (the message refusing an
     empty name), the name is stripped first."""
 
     def __init__(self, registry: Registry[Any], *, open_ended: bool = False,
@@ -264,9 +308,14 @@ class InRegistry:
             name = name.strip()
         if not self.open_ended:
             return self.registry.validate(name)
-        problem = self.registry.near_miss(name, self.usages() if self.usages is not None else None)
+        problem = self.registry.near_miss(name, self.usages() if self.usages is not None else self.registry.usages())
         if problem is not None:
             raise ValueError(problem)
+        entry, argument = self.registry.resolve(name)
+        if syntax_of(entry) == "prefix" and not argument.strip():
+            usage = getattr(entry, "usage", f"{entry.name}:...")
+            raise ValueError(f"{name!r}: the {entry.name} {self.registry.concept} needs what follows the colon "
+                             f"({usage})")
         return name
 
     def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:

@@ -193,17 +193,21 @@ LLM_OPTIONS: tuple[_Option, ...] = (
 )
 
 
-def llm_options(prefix: str = "", exclude: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def llm_options(prefix: str = "", exclude: tuple[str, ...] = (),
+                into: str = _LLM_ARGUMENT) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Give a command the LLM options (one definition for all of them), collected into its ``llm`` argument,
     a dict of the values given (``llm_values`` turns it into settings fields). ``prefix`` starts each help line
-    (``"Judge: "``); ``exclude`` leaves options out."""
+    (``"Judge: "``); ``exclude`` leaves options out. ``into="options"`` adds them, as settings fields (the values
+    given), to the ``options`` argument :func:`entry_options` fills: for a stage whose settings record holds the
+    client's keys flat beside its entry's own (``RespondSettings``, ``ReformulatorOptions``), every settings key
+    given on the command line in one dict."""
     chosen = [o for o in LLM_OPTIONS if o.name not in exclude]
 
     def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
         hints = get_type_hints(command)
         signature = inspect.signature(command)
         params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in signature.parameters.values()
-                  if p.name != _LLM_ARGUMENT]
+                  if p.name != into]
         for option in chosen:
             info = typer.Option(option.default, *option.flags, help=prefix + option.help, min=option.minimum)
             params.append(inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, default=info,
@@ -212,7 +216,10 @@ def llm_options(prefix: str = "", exclude: tuple[str, ...] = ()) -> Callable[[Ca
         @functools.wraps(command)
         def wrapper(**values: Any) -> Any:
             given = {o.name: values.pop(o.name) for o in chosen}
-            return command(**values, llm=given)
+            if into == _LLM_ARGUMENT:
+                return command(**values, llm=given)
+            own = values.pop(into, None) or {}
+            return command(**values, **{into: {**{k: v for k, v in llm_values(given).items() if v is not None}, **own}})
 
         wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
         wrapper.__annotations__ = {p.name: p.annotation for p in params} | {"return": hints.get("return")}

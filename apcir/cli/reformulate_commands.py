@@ -13,13 +13,22 @@ import typer
 from rich.table import Table
 
 from apcir import datasets
-from apcir.cli.common import console, finish_batch, llm_options, llm_values, print_batch_summary, print_json, settings
+from apcir.cli.common import (
+    console,
+    entry_options,
+    finish_batch,
+    llm_options,
+    print_batch_summary,
+    print_json,
+    settings,
+)
 from apcir.console import rule
 from apcir.errors import ApcirError
 from apcir.io import refuse_inputs_as_outputs
+from apcir.reformulation.file import parse_map
 from apcir.reformulation.prompt import PromptOptions, build_prompt, estimate_tokens
-from apcir.reformulation.registry import source_file, usage_help
-from apcir.reformulation.settings import ReformulatorOptions, parse_map
+from apcir.reformulation.registry import REFORMULATORS, usage_help
+from apcir.reformulation.settings import ReformulatorOptions
 from apcir.reformulation.stage import ReformulateSummary, reformulate
 
 _NO_COT = typer.Option(False, "--no-cot", help="Ablation: no reasoning asked for (no chain of thought).")
@@ -80,7 +89,8 @@ def prompt_switches(command: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-@llm_options()
+@entry_options(REFORMULATORS)
+@llm_options(into="options")
 @prompt_switches
 def reformulate_command(
     topics: str = typer.Option(..., "--topics", "-t", help="Bundled topics (ikat23-test, ...) or a topic file."),
@@ -93,22 +103,18 @@ def reformulate_command(
     ),
     switches: PromptOptions = _PROMPT,
     field_map: list[str] = typer.Option(
-        None, "--map", help="file:PATH only: apcir_field=file_field pairs, e.g. rewrite=rar_rw,response=rar_rs."
-    ),
-    level_fallback: str | None = typer.Option(
-        None, "--level-fallback", help="file:PATH only: level of turns the file gives none for: a (default) or heuristic."
+        None, "--map", help="file: apcir_field=file_field pairs, e.g. rewrite=rar_rw,response=rar_rs."
     ),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
-    llm: dict[str, Any] | None = None,
+    options: dict[str, Any] | None = None,
 ) -> None:
     """Personalisation level and three reformulations per turn, one JSONL record per turn."""
-    given = llm or {}
-    options = settings(ReformulatorOptions, method=method, **llm_values(given), prompt=_given(switches),
-                       map=parse_map(field_map) or None, level_fallback=level_fallback)
-    refuse_inputs_as_outputs([out], [topics, judged_only, source_file(method), given.get("prices"), given.get("cache_dir")])
+    chosen = settings(ReformulatorOptions, method=method, prompt=_given(switches), map=parse_map(field_map) or None,
+                      **(options or {}))
+    refuse_inputs_as_outputs([out], [topics, judged_only, *chosen.inputs(), chosen.prices, chosen.cache_dir])
     selected = datasets.select_turns(topics, turns, judged_only)
-    summary = reformulate(selected, options, out, refresh=refresh, progress=not no_progress)
+    summary = reformulate(selected, chosen, out, refresh=refresh, progress=not no_progress)
     finish_batch(summary, as_json, print_summary)
 
 

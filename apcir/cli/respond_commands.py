@@ -11,9 +11,9 @@ from apcir import datasets
 from apcir.cli.common import (
     checked,
     console,
+    entry_options,
     finish_batch,
     llm_options,
-    llm_values,
     print_batch_summary,
     settings,
 )
@@ -31,7 +31,7 @@ from apcir.responses.ptkb import (
     rank_statements,
     write_ptkb_run,
 )
-from apcir.responses.registry import responder_for, usage_help
+from apcir.responses.registry import RESPONDERS, usage_help
 from apcir.responses.settings import RespondSettings
 from apcir.responses.stage import RespondSummary, respond
 from apcir.retrieval.precision import DTYPE_HELP, check_dtype
@@ -98,7 +98,15 @@ def rank_ptkb_command(
     console.print(f"ranked the statements of {len(ranked)} turns ({how}) -> {out}{hint}", highlight=False)
 
 
-@llm_options()
+_RESPOND = RespondSettings.model_fields
+
+
+def _shared_help(key: str, what: str) -> str:
+    return f"{what} (default {_RESPOND[key].get_default()})."
+
+
+@entry_options(RESPONDERS)
+@llm_options(into="options")
 def respond_command(
     run: Path | None = typer.Argument(None, help="TREC run (the final, fused run): its top passages are cited. "
                                                  "None (LaMP-QA, no retrieval): answers without passages or citations."),
@@ -112,36 +120,23 @@ def respond_command(
     ptkb_run: Path | None = typer.Option(
         None, "--ptkb-run", help="PTKB ranking (apcir rank-ptkb); default: ptkb_used first, then BM25."
     ),
-    responder: str = typer.Option("extractive", "--responder", "-m", help=f"Who answers: {usage_help()}."),
-    top_k: int = typer.Option(5, "--top-k", "-k", min=1, max=20, help="Top passages given, cited as [1]..[k]."),
-    max_words: int = typer.Option(250, "--max-words", min=10, max=1000, help="Word budget of a response."),
-    max_sentences: int | None = typer.Option(None, "--max-sentences", min=1, max=50, help="extractive: most sentences taken (default 5)."),
-    personalisation: str | None = typer.Option(
-        None, "--personalisation", help="a model: in-context (default), none (profile withheld) or cot."),
-    best_of: int | None = typer.Option(None, "--best-of", min=1, max=64,
-                                       help="a model: N samples per turn, aggregated (--aggregate)."),
-    pathways: int | None = typer.Option(None, "--pathways", min=1, max=64,
-                                        help="pathways:MODEL: N, reasoning pathways per turn (default 4)."),
-    max_actions: int | None = typer.Option(None, "--max-actions", min=1, max=32,
-                                           help="pathways:MODEL: T, most steps of a pathway (default 8)."),
-    diversify: str | None = typer.Option(None, "--diversify",
-                                         help="pathways:MODEL: plan-temperature (default) or profile-subsets."),
-    aggregate: str | None = typer.Option(None, "--aggregate", help="pathways:MODEL: mixture (default) or best."),
+    responder: str = typer.Option(_RESPOND["responder"].get_default(), "--responder", "-m",
+                                  help=f"Who answers: {usage_help()}."),
+    top_k: int | None = typer.Option(None, "--top-k", "-k", help=_shared_help("top_k", "Top passages given, cited "
+                                                                                "as [1]..[k]")),
+    max_words: int | None = typer.Option(None, "--max-words", help=_shared_help("max_words", "Word budget of a "
+                                                                                "response")),
     turns: list[str] = typer.Option(None, "--turns", help="Only these turn ids (repeat or comma-separate)."),
     refresh: bool = typer.Option(False, "--refresh", help="Start over: ignore the output's records and the cache."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
-    llm: dict[str, Any] | None = None,
+    options: dict[str, Any] | None = None,
 ) -> None:
     """One grounded response per turn from the run's top passages, citing them inline by their number (1 to k)."""
-    given = llm or {}
-    options = settings(RespondSettings, responder=responder, top_k=top_k, max_words=max_words,
-                       max_sentences=max_sentences, personalisation=personalisation, best_of=best_of,
-                       pathways=pathways, max_actions=max_actions, diversify=diversify,
-                       aggregate=aggregate, **llm_values(given))
+    chosen = settings(RespondSettings, responder=responder, top_k=top_k, max_words=max_words, **(options or {}))
     check_writable(out, "responses file")
-    refuse_inputs_as_outputs([out], [run, topics, collection, reformulations, ptkb_run, given.get("prices"),
-                                     given.get("cache_dir")])
+    refuse_inputs_as_outputs([out], [run, topics, collection, reformulations, ptkb_run, chosen.prices,
+                                     chosen.cache_dir])
     selected = datasets.select_turns(topics, turns)
     if run is not None and collection is None:
         raise ApcirError("--collection: needed with a run (the texts of the passages cited)")
@@ -152,13 +147,13 @@ def respond_command(
     warn_unknown_statements(selected, reformulation_statements(records), str(reformulations))
     ptkb = load_ptkb_run(ptkb_run, selected) if ptkb_run else rank_statements(selected, records, bm25_similarity())
     texts = (datasets.passage_texts(datasets.collection_path(collection),
-                                    needed_passages(run_file.run, selected, options.top_k))
+                                    needed_passages(run_file.run, selected, chosen.top_k))
              if run_file is not None and collection is not None else {})
-    jobs = build_jobs(selected, records, run_file.run if run_file is not None else None, texts, ptkb, options.top_k)
-    summary = respond(jobs, options, out, refresh=refresh, progress=not no_progress)
+    jobs = build_jobs(selected, records, run_file.run if run_file is not None else None, texts, ptkb, chosen.top_k)
+    summary = respond(jobs, chosen, out, refresh=refresh, progress=not no_progress)
     from apcir.responses.pathways import trace_path
 
-    if responder_for(options.responder).traced and trace_path(out).exists():
+    if chosen.entry().traced and trace_path(out).exists():
         summary_trace = trace_path(out)
         if not as_json:
             console.print(f"pathways trace: {summary_trace}", highlight=False)

@@ -32,7 +32,6 @@ from apcir.evaluation.settings import EvaluationSettings
 from apcir.fusion.settings import FusionSettings
 from apcir.io import check_unicode, folder_name_problem, read_text
 from apcir.options import EntrySettings
-from apcir.reformulation.registry import source_file
 from apcir.reformulation.settings import ReformulatorOptions
 from apcir.reranking.settings import RerankSettings
 from apcir.responses.settings import RespondSettings
@@ -132,20 +131,22 @@ class ExperimentConfig(BaseModel):
 
     @model_validator(mode="after")
     def _tuning_rewrites_cover_the_tuning_topics(self) -> ExperimentConfig:
-        """A ``file:`` reformulator of the tuning leg that holds no turn of some tuning topics is refused now,
-        naming them, rather than tuning on fallbacks (see fusion.weights.tune_method)."""
+        """A reformulator of the tuning leg that covers only some turns (``file:PATH``: those of its file) and none
+        of some tuning topics is refused now, naming them, rather than tuning on fallbacks (see
+        fusion.weights.tune_method)."""
         weights = self.fusion.weights
-        tuner = weights.tune_method or self.reformulator.method
-        if weights.source != "tune" or not weights.tune_topics or source_file(tuner) is None:
+        if weights.source != "tune" or not weights.tune_topics:
             return self
-        from apcir.reformulation.file import file_path, read_fields
-
+        tuner = weights.tune_method or self.reformulator.method
         try:
-            fields, _ = read_fields(file_path(tuner), {} if weights.tune_method else self.reformulator.map)
+            options = self.reformulator.with_method(tuner) if weights.tune_method else self.reformulator
+            if options.entry().covered is None:
+                return self
+            covered = options.entry().call("covered", options)
             turns = datasets.topics(weights.tune_topics)
         except ApcirError as exc:
             raise ValueError(f"fusion.weights: {exc}") from None
-        lacking = sorted({t.conversation_id for t in turns} - {t.conversation_id for t in turns if t.turn_id in fields})
+        lacking = sorted({t.conversation_id for t in turns} - {t.conversation_id for t in turns if t.turn_id in covered})
         if lacking:
             listed = shown(lacking, 8)
             which = "fusion.weights.tune_method" if weights.tune_method else "reformulator.method"
@@ -307,6 +308,14 @@ def _section_model(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[B
     return current if isinstance(current, type) and issubclass(current, BaseModel) else None
 
 
+def _offline(settings: type[EntrySettings], section: dict[str, Any]) -> bool:
+    """Whether the entry a section names asks no model (``llm``: the reformulator's former key; a name no entry
+    takes counts as asking one)."""
+    name = section.get(settings.ENTRY_KEY, section.get("llm", settings._entry_name({})))
+    entry = settings.entry_for(name)
+    return bool(entry is not None and entry.offline)
+
+
 def with_overrides(data: dict[str, Any], *, llm: str | None = None, responder: str | None = None,
                    base_url: str | None = None, max_prompt_tokens: int | None = None, judged_only: bool = False,
                    output_dir: str | None = None) -> dict[str, Any]:
@@ -324,12 +333,8 @@ def with_overrides(data: dict[str, Any], *, llm: str | None = None, responder: s
         if value is None:
             continue
         # to the stages that ask a model (an offline one would refuse a setting it does not use)
-        from apcir.reformulation.registry import is_offline
-        from apcir.responses.registry import responder_for
-
-        asking = [section for section, offline in (
-            (reformulator, is_offline(str(reformulator.get("method", reformulator.get("llm", "heuristic"))))),
-            (respond, responder_for(str(respond.get("responder", "extractive"))).offline)) if not offline]
+        asking = [section for section, settings in ((reformulator, ReformulatorOptions), (respond, RespondSettings))
+                  if not _offline(settings, section)]
         if not asking:
             raise ApcirError(f"{option}: neither the reformulator nor the responder asks a model here; give --llm "
                              "or --responder a model name too")

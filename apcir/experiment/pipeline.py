@@ -46,7 +46,6 @@ from apcir.experiment.ledger import StageLedger, StageOutcome
 from apcir.fusion.systems import PRIMARY, SYSTEMS
 from apcir.io import exclusive, refuse_inputs_inside, remove_stale_temporaries, write_json
 from apcir.llm.settings import redact_urls
-from apcir.reformulation.registry import source_file
 
 
 @dataclass
@@ -151,8 +150,7 @@ class Experiment:
             raise ApcirError("fusion.weights.source = 'tune' needs tune_topics and tune_qrels")
         turns = datasets.topics(weights.tune_topics)
         refs = self.layout.tune_dir / "reformulations.jsonl"
-        tuner = config.reformulator if not weights.tune_method else \
-            config.reformulator.model_copy(update={"method": weights.tune_method})
+        tuner = config.reformulator if not weights.tune_method else config.reformulator.with_method(weights.tune_method)
         records = self.reformulate("reformulate:tune", turns, tuner, refs)
         failed = [t.turn_id for t in turns if t.turn_id not in records or records[t.turn_id].status == "failed"]
         if turns and len(failed) == len(turns):
@@ -209,10 +207,9 @@ class Experiment:
 
 def config_inputs(config: ExperimentConfig) -> list[str | None]:
     """The files a config reads (names of bundled data resolve to nothing and are skipped by the checks)."""
-    method = config.reformulator.method
     weights = config.fusion.weights
     return [config.topics, config.evaluation.qrels, config.evaluation.ptkb_qrels, config.retrieval.collection,
-            config.retrieval.passages, source_file(method),
+            config.retrieval.passages, *config.reformulator.inputs(),
             weights.file, weights.tune_topics, weights.tune_qrels]
 
 

@@ -176,9 +176,11 @@ class Converse:
         from apcir.experiment.turns import open_turn_pipeline
 
         options = self.config.reformulator
-        if self.track_persona and not self._offline_reformulator(options.method):
+        prompt = getattr(options.options, "prompt", None)  # a model's reformulator's own key
+        if self.track_persona and prompt is not None and not self._offline_reformulator(options.method):
             # the persona's new statements: a field of the same LLM answer
-            options = options.model_copy(update={"prompt": options.prompt.model_copy(update={"track_persona": True})})
+            own = options.options.model_copy(update={"prompt": prompt.model_copy(update={"track_persona": True})})
+            options = options.model_copy(update={"options": own})
         self.pipeline = open_turn_pipeline(self.config, self.out, progress=self.progress, reformulator=options)
         if self.journal.path.exists():
             for entry in self.journal.entries:

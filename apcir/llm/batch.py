@@ -14,13 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from apcir.console import progress as progress_bar
 from apcir.errors import ApcirError
 from apcir.io import RecordAppender, exclusive, read_record_log, write_json
 from apcir.llm.accounting import Accounting, ModelUsage
-from apcir.registry import call_ref
+from apcir.llm.settings import LLM_FIELDS, LLMSettings, refuse_unused
+from apcir.options import EntrySettings, Options
+from apcir.registry import Syntax, call_ref
 
 
 class BatchSummary(BaseModel):
@@ -145,6 +147,10 @@ class ProducerSpec:
     * ``identity(...) -> dict``: what identifies its output (the stage fingerprint's part);
     * ``produce(items, settings, emit, *, accounting, refresh) -> structured mode or None`` (:func:`run_batch`'s
       ``produce``).
+
+    Its ``syntax`` says how it is named (:data:`apcir.registry.Syntax`; the registry's ``resolve`` reads a name so),
+    and ``options`` names the model of its own keys (:mod:`apcir.options`), a class or a ``"module:Class"``
+    reference to its own module.
     """
 
     name: str
@@ -154,11 +160,53 @@ class ProducerSpec:
     offline: bool
     identity: str | Callable[..., dict[str, Any]]
     produce: str | Callable[..., str | None]
+    syntax: Syntax = "name"
+    """``name`` (``heuristic``), ``prefix`` (``file:PATH``) or ``other`` (any other name: a model's)."""
+    options: str | type[Options] = Options
+    """The model of its own keys: the stage section's keys it reads besides the shared ones (any other entry's key
+    is refused), generated as the command's options."""
 
     def call(self, which: str, *args: Any, **kwargs: Any) -> Any:
         """Call the function field ``which``; a field that is None gives ``{}``."""
         target = getattr(self, which)
         return {} if target is None else call_ref(target, *args, **kwargs)
+
+
+class ProducerSettings(EntrySettings, LLMSettings):
+    """The settings of a stage whose entries are :class:`ProducerSpec` s (``[reformulator]``, ``[respond]``): the
+    entry's name (``ENTRY_KEY``), the keys every entry reads, the client's (read only by an entry that asks a model:
+    an offline one refuses them) and, in ``options``, the chosen entry's own (:class:`~apcir.options.EntrySettings`)."""
+
+    @model_validator(mode="after")
+    def _offline_asks_no_model(self) -> ProducerSettings:
+        entry = self.entry()
+        if entry.offline:
+            refuse_unused(self, LLM_FIELDS, f"by the {entry.name} {self.ENTRY_REGISTRY.concept} (offline, no model)")
+        return self
+
+    @property
+    def argument(self) -> str:
+        """What the entry's name gives the entry: a model's name, ``MODEL`` of ``pathways:MODEL``, ``PATH`` of
+        ``file:PATH``; "" for an entry named as it is (:meth:`~apcir.registry.Registry.resolve`)."""
+        return str(self.ENTRY_REGISTRY.resolve(getattr(self, self.ENTRY_KEY))[1])
+
+    def llm_settings(self) -> LLMSettings:
+        """The client part of these settings (server, retries, cache, generation parameters)."""
+        return LLMSettings.model_validate(self.model_dump(include=set(LLMSettings.model_fields), exclude_unset=True))
+
+    def accounting(self) -> Accounting:
+        """Requests and cost, priced by ``prices``."""
+        return Accounting(self.price_table())
+
+    def config_snapshot(self, head: dict[str, Any], refresh: bool) -> dict[str, Any]:
+        """What a stage's summary says of how it was configured: ``head`` (the stage's own: the name, ...), whether
+        the entry is offline, when, the entry's own keys and, for an entry that asks a model, the client's (never
+        the key, the URL without credentials)."""
+        from apcir.io import timestamp
+
+        offline = bool(self.entry().offline)
+        return {**head, "offline": offline, "created": timestamp(), **self.options.model_dump(mode="json"),
+                **({} if offline else self.client_snapshot(refresh))}
 
 
 Item = TypeVar("Item")

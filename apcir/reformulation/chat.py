@@ -8,16 +8,20 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
+from pydantic import Field
+
 from apcir.console import warn
 from apcir.contract.records import Turn
 from apcir.contract.reformulations import ReformulationOutput, ReformulationRecord
 from apcir.llm.accounting import Accounting
 from apcir.llm.cache import cache_key
 from apcir.llm.jobs import Answer, Ask, ask_all
-from apcir.llm.settings import LLMSettings, public_url
+from apcir.llm.settings import public_url
 from apcir.llm.tokens import TokenCounter
+from apcir.options import Options
 from apcir.reformulation.prompt import (
     Prompt,
+    PromptOptions,
     build_prompt,
     fit_prompt,
     grammar_schema,
@@ -30,6 +34,16 @@ from apcir.reformulation.settings import ReformulatorOptions
 SCHEMA_NAME = "apcir_reformulation"
 
 
+class ChatOptions(Options):
+    """A model's own ``[reformulator]`` keys: the prompt (``[reformulator.prompt]``)."""
+
+    prompt: PromptOptions = Field(default_factory=PromptOptions, description="prompt ablations and history trimming")
+
+
+def prompt_of(options: ReformulatorOptions) -> PromptOptions:
+    return options.own(ChatOptions).prompt
+
+
 def identity(turns: Sequence[Turn], options: ReformulatorOptions) -> dict[str, Any]:
     """What is actually sent: every turn's rendered messages with the generation parameters, and the schema.
 
@@ -40,8 +54,8 @@ def identity(turns: Sequence[Turn], options: ReformulatorOptions) -> dict[str, A
     params = options.params()
     digest = hashlib.sha256()
     for turn in turns:
-        digest.update(cache_key(options.method, build_prompt(turn, options.prompt).messages, params).encode())
-    schema = json.dumps(output_schema(options.prompt.cot, options.prompt.track_persona), sort_keys=True)
+        digest.update(cache_key(options.method, build_prompt(turn, prompt_of(options)).messages, params).encode())
+    schema = json.dumps(output_schema(prompt_of(options).cot, prompt_of(options).track_persona), sort_keys=True)
     return {
         "requests": digest.hexdigest()[:16],
         "schema": hashlib.sha256(schema.encode()).hexdigest()[:16],
@@ -56,12 +70,12 @@ def fitted_prompts(turns: Sequence[Turn], options: ReformulatorOptions) -> tuple
     """Every turn's prompt, fitted to ``max_prompt_tokens`` when it is set (counted by the server's tokenizer
     where it has one), and the notes on what was cut, by turn."""
     if options.max_prompt_tokens is None:
-        return {t.turn_id: build_prompt(t, options.prompt) for t in turns}, {}
+        return {t.turn_id: build_prompt(t, prompt_of(options)) for t in turns}, {}
     counter = TokenCounter(options.resolved_base_url())
     prompts: dict[str, Prompt] = {}
     notes: dict[str, list[str]] = {}
     for turn in turns:
-        prompt, cut = fit_prompt(turn, options.prompt, options.max_prompt_tokens, counter.count)
+        prompt, cut = fit_prompt(turn, prompt_of(options), options.max_prompt_tokens, counter.count)
         prompts[turn.turn_id] = prompt
         if cut:
             notes[turn.turn_id] = [*cut, f"tokens counted by the {counter.source or 'estimate'}"]
@@ -95,8 +109,8 @@ def produce(
     refresh: bool = False,
 ) -> str | None:
     """Ask the model for every turn, emitting each record as soon as its answer is in."""
-    settings = LLMSettings.model_validate(options.model_dump(include=set(LLMSettings.model_fields), exclude_unset=True))
-    cot, persona = options.prompt.cot, options.prompt.track_persona
+    settings = options.llm_settings()
+    cot, persona = prompt_of(options).cot, prompt_of(options).track_persona
     prompts, notes = fitted_prompts(turns, options)
     by_id = {t.turn_id: t for t in turns}
     over = [t for t in turns if any(n.startswith("still over") for n in notes.get(t.turn_id, []))]
@@ -138,6 +152,6 @@ def shaping(options: ReformulatorOptions) -> dict[str, Any]:
     """What shapes every record a model writes: the prompt, the request's parameters, the server."""
     from apcir.llm.settings import public_url
 
-    return {"prompt": options.prompt.snapshot(), "params": options.params(),
+    return {"prompt": prompt_of(options).snapshot(), "params": options.params(),
             "structured": options.structured, "base_url": public_url(options.resolved_base_url()),
             "max_prompt_tokens": options.max_prompt_tokens}

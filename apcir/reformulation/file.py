@@ -32,7 +32,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
 
 from apcir.console import shown, warn
 from apcir.contract.records import Turn
@@ -40,11 +42,58 @@ from apcir.contract.reformulations import LEVELS, ReformulationOutput, Reformula
 from apcir.errors import ApcirError
 from apcir.ids import canonical_turn_id
 from apcir.io import iter_lines, parse_json_line, read_json
+from apcir.options import Options
 from apcir.reformulation.offline import heuristic_output
-from apcir.reformulation.registry import FILE_PREFIX as PREFIX
-from apcir.reformulation.settings import FILE_FIELDS, HEURISTIC_FALLBACK, LevelFallback
+from apcir.reformulation.registry import REFORMULATORS
 
 _ID_FIELDS = ("turn_id", "qid", "id")
+# The fields of a reformulation a file may provide, in the record's own names.
+FILE_FIELDS: tuple[str, ...] = (
+    "rewrite",
+    "response",
+    "third_rewrite",
+    "third_response",
+    "level",
+    "ptkb_used",
+    "reasoning",
+)
+LevelFallback = Literal["a", "heuristic"]
+HEURISTIC_FALLBACK: LevelFallback = "heuristic"
+"""``level_fallback``: a turn the file gives no level takes the heuristic reformulator's."""
+
+
+class FileOptions(Options):
+    """``file:PATH``'s own ``[reformulator]`` keys."""
+
+    map: dict[str, str] = Field(
+        default_factory=dict,
+        description="apcir field -> the file's field, e.g. {rewrite = 'rar_rw', response = 'rar_rs'}",
+    )
+    level_fallback: LevelFallback = Field(
+        "a", description="the level of a turn the file gives none for: 'a' or the 'heuristic' one"
+    )
+
+    @field_validator("map")
+    @classmethod
+    def _known_fields(cls, value: dict[str, str]) -> dict[str, str]:
+        unknown = sorted(set(value) - set(FILE_FIELDS) - {"turn_id"})
+        if unknown:
+            raise ValueError(f"unknown field(s) {unknown}: map keys are {', '.join(('turn_id', *FILE_FIELDS))}")
+        return value
+
+
+def parse_map(items: list[str] | None) -> dict[str, str]:
+    """``["rewrite=rar_rw,response=rar_rs", ...]`` (the ``--map`` option) as a dict."""
+    mapping: dict[str, str] = {}
+    for item in items or []:
+        for pair in item.split(","):
+            if not pair.strip():
+                continue
+            key, sep, value = pair.partition("=")
+            if not sep or not key.strip() or not value.strip():
+                raise ApcirError(f"--map {pair!r}: expected apcir_field=file_field, e.g. rewrite=rar_rw")
+            mapping[key.strip()] = value.strip()
+    return mapping
 
 
 
@@ -56,9 +105,9 @@ def level_from_fallback(record: ReformulationRecord) -> bool:
     """True when the file gave the turn no level and ``level_fallback`` did."""
     return any(note.startswith(NO_LEVEL) for note in record.notes)
 
-def file_path(llm: str) -> Path:
+def file_path(method: str) -> Path:
     """The path of a ``file:PATH`` reformulator name."""
-    text = llm[len(PREFIX):].strip()
+    text = REFORMULATORS.resolve(method)[1].strip()
     if not text:
         raise ApcirError("file: needs a path, e.g. --llm file:runs/rewrites.tsv")
     path = Path(text).expanduser()
@@ -274,16 +323,17 @@ def _from_mapped_rows(
 
 def produce(turns: Sequence[Turn], options: Any, emit: Callable[[ReformulationRecord], None], **_: Any) -> None:
     """``file:PATH``'s records, with what the file lacks said in warnings."""
-    records, warnings = file_records(turns, options.method, options.map, options.level_fallback)
+    own = options.own(FileOptions)
+    records, warnings = file_records(turns, options.method, own.map, own.level_fallback)
     for message in warnings:
         warn(message)
     missing = [r.turn_id for r in records if r.status == "failed"]
     if missing:
-        warn(f"{len(missing)} turn(s) have no usable reformulation in {options.method[len(PREFIX):]}: "
+        warn(f"{len(missing)} turn(s) have no usable reformulation in {options.argument}: "
              f"{shown(missing)}")
     filled = [r for r in records if level_from_fallback(r)]
     if filled:
-        warn(f"{len(filled)} turn(s) have no level in the file; levels from the fallback '{options.level_fallback}'")
+        warn(f"{len(filled)} turn(s) have no level in the file; levels from the fallback '{own.level_fallback}'")
     for record in records:
         emit(record)
 
@@ -294,10 +344,10 @@ def identity(turns: Sequence[Turn], options: Any) -> dict[str, Any]:
 
     from apcir.reformulation.offline import source_identity
 
+    own = options.own(FileOptions)
     digest = hashlib.sha256(file_path(options.method).read_bytes()).hexdigest()[:16]
-    found: dict[str, Any] = {"file": digest, "map": dict(sorted(options.map.items())),
-                             "level_fallback": options.level_fallback}
-    if options.level_fallback == HEURISTIC_FALLBACK:
+    found: dict[str, Any] = {"file": digest, "map": dict(sorted(own.map.items())), "level_fallback": own.level_fallback}
+    if own.level_fallback == HEURISTIC_FALLBACK:
         found[_FALLBACK_CODE] = source_identity()
     return found
 
@@ -308,3 +358,14 @@ _FALLBACK_CODE = "heuristic"
 
 def shaping(options: Any) -> dict[str, Any]:
     return {k: v for k, v in identity([], options).items() if k != _FALLBACK_CODE}
+
+
+def inputs(options: Any) -> list[str]:
+    """The file it reads (whether or not it exists: :func:`file_path` says so when it is read)."""
+    return [options.argument.strip()]
+
+
+def covered(options: Any) -> set[str]:
+    """The turns the file has reformulations for."""
+    fields, _ = read_fields(file_path(options.method), options.own(FileOptions).map)
+    return set(fields)

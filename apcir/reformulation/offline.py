@@ -51,6 +51,15 @@ from typing import Any
 
 from apcir.contract.records import Turn
 from apcir.contract.reformulations import Level, ReformulationOutput, ReformulationRecord, Usage
+from apcir.options import Options
+
+
+class HeuristicOptions(Options):
+    """The heuristic reformulator's own ``[reformulator]`` keys: none."""
+
+
+class ManualOptions(Options):
+    """The manual reformulator's own ``[reformulator]`` keys: none."""
 
 HEURISTIC_VERSION = "heuristic-v1"
 MANUAL_VERSION = "manual-v1"

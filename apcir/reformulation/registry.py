@@ -9,70 +9,61 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from apcir.llm.batch import ProducerSpec
 from apcir.registry import InRegistry, Registry
-
-if TYPE_CHECKING:
-    from apcir.llm.accounting import Accounting
-    from apcir.reformulation.settings import ReformulatorOptions
-
-FILE_PREFIX = "file:"
 
 
 @dataclass(frozen=True)
 class ReformulatorSpec(ProducerSpec):
     """A reformulator, named by ``method``: ``identity(turns, options)``, ``produce(turns, options, emit, *,
     accounting, refresh)`` and ``shaping(options) -> dict``, the settings that shape every record whatever the
-    turns (see :class:`~apcir.llm.batch.ProducerSpec`)."""
+    turns (see :class:`~apcir.llm.batch.ProducerSpec`); ``options`` names the model of the ``[reformulator]``
+    keys of its own, read with ``options.own(ItsOptions)``. A reformulator that reads files says which in
+    ``inputs(options) -> list[Path]`` (no output may overwrite them), and one that can reformulate only some turns,
+    which, in ``covered(options) -> set[str]`` (turn ids: a tuning leg that would have none of a topic's is
+    refused before anything runs)."""
 
     shaping: str | Callable[..., dict[str, Any]] | None = None
+    inputs: str | Callable[..., list[Any]] | None = None
+    covered: str | Callable[..., set[str]] | None = None
 
 
 REFORMULATORS: Registry[ReformulatorSpec] = Registry("reformulator", "apcir.reformulators")
 REFORMULATORS.add(ReformulatorSpec(
     "heuristic", "offline baseline: context terms from the history, a lexical level rule", "heuristic", True,
-    "apcir.reformulation.offline:identity", "apcir.reformulation.offline:produce_heuristic"))
+    "apcir.reformulation.offline:identity", "apcir.reformulation.offline:produce_heuristic",
+    options="apcir.reformulation.offline:HeuristicOptions"))
 REFORMULATORS.add(ReformulatorSpec(
     "manual", "offline: the annotators' manual rewrites (HumanQR)", "manual", True,
-    "apcir.reformulation.offline:identity", "apcir.reformulation.offline:produce_manual"))
+    "apcir.reformulation.offline:identity", "apcir.reformulation.offline:produce_manual",
+    options="apcir.reformulation.offline:ManualOptions"))
 REFORMULATORS.add(ReformulatorSpec(
     "file", "reformulations made elsewhere: apcir JSONL, a TSV, or JSON/JSONL fields", "file:PATH", True,
-    "apcir.reformulation.file:identity", "apcir.reformulation.file:produce", "apcir.reformulation.file:shaping"))
+    "apcir.reformulation.file:identity", "apcir.reformulation.file:produce", syntax="prefix",
+    options="apcir.reformulation.file:FileOptions", shaping="apcir.reformulation.file:shaping",
+    inputs="apcir.reformulation.file:inputs", covered="apcir.reformulation.file:covered"))
 REFORMULATORS.add(ReformulatorSpec(
     "llm", "any other name: that model on an OpenAI-compatible server, one request per turn", "MODEL (gpt-4o, ...)",
-    False, "apcir.reformulation.chat:identity", "apcir.reformulation.chat:produce",
-    "apcir.reformulation.chat:shaping"))
+    False, "apcir.reformulation.chat:identity", "apcir.reformulation.chat:produce", syntax="other",
+    options="apcir.reformulation.chat:ChatOptions", shaping="apcir.reformulation.chat:shaping"))
 
 
-def reformulator_for(llm: str) -> ReformulatorSpec:
-    """The reformulator ``llm`` names: ``heuristic``, ``manual``, ``file:PATH``, else a model."""
-    if llm.startswith(FILE_PREFIX):
-        return REFORMULATORS.get("file")
-    if llm in REFORMULATORS and REFORMULATORS.get(llm).usage == llm:  # named as it is used: heuristic, a plugin's
-        return REFORMULATORS.get(llm)
-    return REFORMULATORS.get("llm")
+def reformulator_for(method: str) -> ReformulatorSpec:
+    """The reformulator ``method`` names: ``heuristic``, ``manual`` (or a plugin's, named as it is), ``file:PATH``,
+    else a model (:meth:`~apcir.registry.Registry.resolve`)."""
+    return REFORMULATORS.resolve(method)[0]
 
 
-def source_file(method: str) -> str | None:
-    """The file a ``file:PATH`` method reads its reformulations from; None for any other method."""
-    return method.removeprefix(FILE_PREFIX) if method.startswith(FILE_PREFIX) else None
-
-
-def method_usages() -> list[str]:
-    """How a method that is not a model's name is written: the reformulators named as they are used, ``file:``."""
-    return [r.usage for r in REFORMULATORS if r.usage == r.name] + [FILE_PREFIX]
-
-
-METHOD = InRegistry(REFORMULATORS, open_ended=True, usages=method_usages)
+METHOD = InRegistry(REFORMULATORS, open_ended=True)
 """A reformulation method's name, ``Annotated[str, METHOD]``: a reformulator's or a model's, not a near miss."""
 
 
 def misspelt(method: str) -> str | None:
     """One line refusing a ``method`` that nearly spells a reformulator's name (``heuristc``, ``fle:x.tsv``) rather
     than being taken for a model's name and found out only when that model is asked; None otherwise."""
-    return REFORMULATORS.near_miss(method, method_usages())
+    return REFORMULATORS.near_miss(method, REFORMULATORS.usages())
 
 
 def check_method(method: str) -> str:
@@ -81,17 +72,11 @@ def check_method(method: str) -> str:
     return METHOD.check(method)
 
 
-def is_offline(llm: str) -> bool:
+def is_offline(method: str) -> bool:
     """True for the reformulators that need no model and no network."""
-    return reformulator_for(llm).offline
+    return reformulator_for(method).offline
 
 
 def usage_help() -> str:
     """One line for ``--llm`` help, from the registry."""
     return "; ".join(f"{r.usage}: {r.description}" for r in REFORMULATORS)
-
-
-def accounting_for(options: ReformulatorOptions) -> Accounting:
-    from apcir.llm.accounting import Accounting
-
-    return Accounting(options.price_table())

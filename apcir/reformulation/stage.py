@@ -33,10 +33,9 @@ from apcir.contract.reformulations import (
 )
 from apcir.contract.stage import Stage, StageContext, StageResult, an_output
 from apcir.errors import ApcirError
-from apcir.io import RecordAppender, timestamp
+from apcir.io import RecordAppender
 from apcir.llm.accounting import Accounting
 from apcir.llm.batch import Batch, BatchSummary, run_batch
-from apcir.reformulation.registry import accounting_for, reformulator_for, source_file
 from apcir.reformulation.settings import ReformulatorOptions
 
 
@@ -51,13 +50,13 @@ class ReformulateSummary(BatchSummary):
 
 def stage_identity(turns: list[Turn], options: ReformulatorOptions) -> dict[str, Any]:
     """What determines the records of ``turns`` (the stage fingerprint's input): see each reformulator."""
-    spec = reformulator_for(options.method)
+    spec = options.entry()
     return {"reformulator": spec.name, "llm": options.method, **spec.call("identity", turns, options)}
 
 
 def shaping_settings(options: ReformulatorOptions) -> dict[str, Any]:
     """The settings that shape a record whatever the turns (a resume with other ones is refused)."""
-    return {"llm": options.method, **reformulator_for(options.method).call("shaping", options)}
+    return {"llm": options.method, **options.entry().call("shaping", options)}
 
 
 # --- the stage -------------------------------------------------------------------------------
@@ -71,13 +70,11 @@ def reformulate(
     redo_stale: bool = False,
 ) -> ReformulateSummary:
     """Reformulate ``turns`` as ``options.method`` says into ``out``: a resumable batch (:func:`run_batch`, which says
-    what it raises; see also the module docstring). A file of another method's records is refused."""
+    what it raises; see also the module docstring). A file of another method's records is refused; what the
+    reformulator's settings lack (``file:PATH``'s file) fails before any output exists, when the settings that shape
+    the records are read."""
     out = Path(out)
-    spec = reformulator_for(options.method)
-    if source_file(options.method) is not None:
-        from apcir.reformulation.file import file_path
-
-        file_path(options.method)  # a missing file fails here, before any output exists
+    spec = options.entry()
 
     def check_existing(existing: dict[str, ReformulationRecord]) -> None:
         others = sorted({r.model for r in existing.values() if r.model != options.method})
@@ -94,23 +91,10 @@ def reformulate(
     return run_batch(
         turns, out, what="reformulations", record=ReformulationRecord, key=lambda turn: turn.turn_id,
         settings=shaping_settings(options), description=f"reformulate {options.method}",
-        accounting=lambda: accounting_for(options), config=lambda: _config_snapshot(options, spec.offline, refresh),
+        accounting=options.accounting, config=lambda: options.config_snapshot({"llm": options.method,
+                                                                               "versions": _versions()}, refresh),
         produce=produce, summarise=lambda batch, fields: _summary(options.method, batch, fields),
         check_existing=check_existing, refresh=refresh, progress=progress, redo_stale=redo_stale)
-
-
-def _config_snapshot(options: ReformulatorOptions, offline: bool, refresh: bool) -> dict[str, Any]:
-    config: dict[str, Any] = {
-        "llm": options.method,
-        "offline": offline,
-        "created": timestamp(),
-        "versions": _versions(),
-    }
-    if source_file(options.method) is not None:
-        config.update(map=options.map, level_fallback=options.level_fallback)
-    elif not offline:
-        config.update(options.client_snapshot(refresh), prompt_options=options.prompt.snapshot())
-    return config
 
 
 def _versions() -> dict[str, str]:

@@ -17,13 +17,22 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pydantic import Field
+
 from apcir.contract.responses import ResponseRecord, cited_numbers
+from apcir.options import Options
 from apcir.responses.job import ResponseJob, failed_record, unusable
 from apcir.responses.registry import EXTRACTIVE as NAME
 from apcir.responses.settings import RespondSettings
 from apcir.responses.text import cite, count_words, cut_to_words, sentences, tfidf_similarities
 
 MIN_SENTENCE_WORDS = 3
+
+
+class ExtractiveOptions(Options):
+    """The extractive responder's own ``[respond]`` keys."""
+
+    max_sentences: int = Field(5, ge=1, le=50, description="most sentences taken")
 
 
 def extractive_record(job: ResponseJob, settings: RespondSettings) -> ResponseRecord:
@@ -62,7 +71,7 @@ def extractive_record(job: ResponseJob, settings: RespondSettings) -> ResponseRe
         elif not chosen:  # the best sentence alone is over the budget: its first words
             chosen.append(cut_to_words(piece, settings.max_words - 1) + f" [{number}]")
             words = settings.max_words
-        if len(chosen) >= settings.max_sentences or words >= settings.max_words:
+        if len(chosen) >= settings.own(ExtractiveOptions).max_sentences or words >= settings.max_words:
             break
     text = " ".join(chosen)
     numbers = sorted(cited_numbers(text))
@@ -86,4 +95,4 @@ def identity(settings: RespondSettings) -> dict[str, Any]:
     from apcir.responses.registry import code_digest
 
     return {"code": code_digest("extractive.py", "job.py", "text.py"),
-            **settings.model_dump(include={"top_k", "max_words", "max_sentences"})}
+            **settings.model_dump(include={"top_k", "max_words"}), **settings.own(ExtractiveOptions).model_dump()}

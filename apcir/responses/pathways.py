@@ -42,7 +42,9 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from apcir.console import warn
 from apcir.contract.reformulations import Usage
@@ -52,17 +54,33 @@ from apcir.llm.accounting import Accounting
 from apcir.llm.cache import cache_key
 from apcir.llm.jobs import Answer, Ask, ask_all
 from apcir.llm.settings import LLMSettings
+from apcir.options import Options
 from apcir.responses import pathway_prompts as pp
 from apcir.responses.job import ResponseJob, askable_jobs, failed_record
 from apcir.responses.prompt import ParsedResponse, grammar_schema, parse_answer
 from apcir.responses.settings import RespondSettings
 
-PREFIX = "pathways:"
 STEP_TEMPERATURE = 0.1
+AggregateMethod = Literal["mixture", "best"]
 
 
-def model_of(responder: str) -> str:
-    return responder.removeprefix(PREFIX)
+def aggregate_field() -> Any:
+    """``aggregate``, a key of ``pathways:MODEL`` and of a model's best-of-N samples."""
+    return Field("mixture", description="merge the pathways' (or samples') responses in one request, or pick one")
+
+
+class PathwaysOptions(Options):
+    """``pathways:MODEL``'s own ``[respond]`` keys."""
+
+    pathways: int = Field(4, ge=1, le=64, description="N, the reasoning pathways per turn")
+    max_actions: int = Field(8, ge=1, le=32, description="T, the most steps of a pathway")
+    diversify: Literal["plan-temperature", "profile-subsets"] = Field(
+        "plan-temperature", description="plan sampled at plan_temperature (other steps at 0.1), or each pathway "
+        "given a random subset of subset_ratio of the profile")
+    aggregate: AggregateMethod = aggregate_field()
+    plan_temperature: float = Field(0.9, ge=0, description="the plan's sampling temperature")
+    subset_ratio: float = Field(0.5, gt=0, le=1, description="share of the profile a pathway sees with diversify = "
+                                                             "profile-subsets")
 
 
 def trace_path(out: Path) -> Path:
@@ -142,22 +160,24 @@ class Asker:
 
 def profile_for(job: ResponseJob, index: int, settings: RespondSettings) -> list[tuple[str, str]]:
     """The statements pathway ``index`` sees: all, or (``profile-subsets``) a seeded subset in ranking order."""
-    if settings.diversify != "profile-subsets" or not job.statements:
+    own = settings.own(PathwaysOptions)
+    if own.diversify != "profile-subsets" or not job.statements:
         return list(job.statements)
-    size = max(1, math.ceil(settings.subset_ratio * len(job.statements)))
+    size = max(1, math.ceil(own.subset_ratio * len(job.statements)))
     chosen = set(random.Random(f"{job.turn.turn_id}/{index}").sample(range(len(job.statements)), size))
     return [s for i, s in enumerate(job.statements) if i in chosen]
 
 
-def run_pathway(job: ResponseJob, index: int, settings: RespondSettings, asker: Asker) -> Pathway:
+def run_pathway(job: ResponseJob, index: int, *, settings: RespondSettings, asker: Asker) -> Pathway:
     """One pathway of one turn (see the module doc)."""
     pathway = Pathway(index)
+    own = settings.own(PathwaysOptions)
     turn = job.turn.turn_id
     state = pp.initial_messages(job, profile_for(job, index, settings), settings.max_words)
     answered: ParsedResponse | None = None
 
     def temperature(action: str) -> float:
-        return settings.plan_temperature if action == "plan" and settings.diversify == "plan-temperature" \
+        return own.plan_temperature if action == "plan" and own.diversify == "plan-temperature" \
             else STEP_TEMPERATURE
 
     def spend(answer: Answer[Any]) -> None:
@@ -167,8 +187,8 @@ def run_pathway(job: ResponseJob, index: int, settings: RespondSettings, asker: 
                               output_tokens=pathway.usage.output_tokens + usage.output_tokens)
         pathway.seconds += answer.seconds
 
-    for step in range(settings.max_actions):
-        allowed = pp.allowed_actions(step, settings.max_actions, answered is not None)
+    for step in range(own.max_actions):
+        allowed = pp.allowed_actions(step, own.max_actions, answered is not None)
         if len(allowed) == 1:
             action = allowed[0]
         else:
@@ -202,7 +222,7 @@ def run_pathway(job: ResponseJob, index: int, settings: RespondSettings, asker: 
             break
     pathway.response = answered
     if answered is None and pathway.stopped is None:
-        pathway.stopped = f"no answer in {settings.max_actions} steps"
+        pathway.stopped = f"no answer in {own.max_actions} steps"
     return pathway
 
 
@@ -218,12 +238,14 @@ class Aggregate:
 
 
 def aggregate(job: ResponseJob, pathways: Sequence[Pathway], settings: RespondSettings, asker: Asker) -> Aggregate:
-    """The turn's answer from its pathways' responses (see the module doc)."""
+    """The turn's answer from its pathways' responses (see the module doc); ``aggregate`` is a key of the chosen
+    responder's own (``pathways:MODEL``'s, or a model's best-of-N)."""
+    method: str = settings.options.aggregate
     turn = job.turn.turn_id
     done = [p for p in pathways if p.response is not None]
     if not done:
         reasons = "; ".join(f"pathway {p.index}: {p.stopped}" for p in pathways)
-        return Aggregate(None, [], [], settings.aggregate, f"no pathway gave an answer ({reasons})")
+        return Aggregate(None, [], [], method, f"no pathway gave an answer ({reasons})")
     spent: list[Answer[Any]] = []
     if len(done) == 1:
         only = done[0]
@@ -233,7 +255,7 @@ def aggregate(job: ResponseJob, pathways: Sequence[Pathway], settings: RespondSe
     spent.append(found)
     aspects = found.value or []
     responses = [p.response.text for p in done if p.response is not None]
-    if settings.aggregate == "mixture":
+    if method == "mixture":
         merged = asker.ask(turn, "mixture", pp.mixture_messages(job, responses, aspects, settings.max_words),
                            partial(parse_answer, job=job, max_words=settings.max_words),
                            pp.output_schema(), grammar=grammar_schema(job, settings.max_words))
@@ -274,6 +296,30 @@ def finished_record(job: ResponseJob, settings: RespondSettings, pathways: Seque
                           ptkb_used=final.statements, usage=usage, seconds=seconds, notes=[*job.notes, *notes])
 
 
+def answer_each(jobs: Sequence[ResponseJob], count: int, unit: Callable[[ResponseJob, int], Pathway],
+                settings: RespondSettings, asker: Asker, emit: Callable[[ResponseRecord], None], *,
+                done_with: Callable[[ResponseJob, list[Pathway], Aggregate], None] | None = None) -> None:
+    """Run ``count`` units of every job (its pathways, or a model's best-of-N samples: ``unit(job, index)``) in a pool
+    of the client's concurrency; as soon as a job's are all in, aggregate them in index order (:func:`aggregate`),
+    say a failure, hand them to ``done_with`` (the trace) and emit the turn's record."""
+    by_id = {job.turn.turn_id: job for job in jobs}
+    done: dict[str, list[Pathway]] = {turn: [] for turn in by_id}
+    with ThreadPoolExecutor(max_workers=settings.llm_settings().effective_concurrency()) as pool:
+        owner = {pool.submit(unit, job, i): job.turn.turn_id for job in jobs for i in range(count)}
+        for future in as_completed(owner):
+            turn = owner[future]
+            done[turn].append(future.result())
+            if len(done[turn]) < count:
+                continue
+            job, units = by_id[turn], sorted(done[turn], key=lambda unit: unit.index)
+            final = aggregate(job, units, settings, asker)
+            if final.response is None:
+                warn(f"turn {turn} failed: {final.error}")
+            if done_with is not None:
+                done_with(job, units, final)
+            emit(finished_record(job, settings, units, final))
+
+
 def _trace_lines(job: ResponseJob, pathways: Sequence[Pathway], final: Aggregate,
                  usage: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
     lines: list[dict[str, Any]] = [
@@ -294,32 +340,22 @@ def produce(
     trace: Path | None = None,
 ) -> str | None:
     """Answer every job by Pathways of Thoughts, emitting each turn's record (and trace lines) when it is done."""
-    model = model_of(settings.responder)
-    asker = Asker(model, settings.llm_settings(), accounting, refresh)
+    own = settings.own(PathwaysOptions)
+    asker = Asker(settings.model_name, settings.llm_settings(), accounting, refresh)
     askable = askable_jobs(jobs, settings.responder, emit)
     if not askable:
         return None
     handle = trace.open("a", encoding="utf-8") if trace is not None else None
-    done: dict[str, list[Pathway]] = {job.turn.turn_id: [] for job in askable}
-    by_id = {job.turn.turn_id: job for job in askable}
+
+    def traced(job: ResponseJob, pathways: list[Pathway], final: Aggregate) -> None:
+        if handle is not None:
+            for line in _trace_lines(job, pathways, final, asker.by_turn.get(job.turn.turn_id, {})):
+                handle.write(json.dumps(line, ensure_ascii=False) + "\n")
+            handle.flush()
+
     try:
-        with ThreadPoolExecutor(max_workers=settings.llm_settings().effective_concurrency()) as pool:
-            owner = {pool.submit(run_pathway, job, i, settings, asker): job.turn.turn_id for job in askable
-                     for i in range(settings.pathways)}
-            for future in as_completed(owner):
-                turn = owner[future]
-                done[turn].append(future.result())
-                if len(done[turn]) < settings.pathways:
-                    continue
-                job = by_id[turn]
-                final = aggregate(job, done[turn], settings, asker)
-                if final.response is None:
-                    warn(f"turn {turn} failed: {final.error}")
-                if handle is not None:
-                    for line in _trace_lines(job, done[turn], final, asker.by_turn.get(turn, {})):
-                        handle.write(json.dumps(line, ensure_ascii=False) + "\n")
-                    handle.flush()
-                emit(finished_record(job, settings, done[turn], final))
+        answer_each(askable, own.pathways, partial(run_pathway, settings=settings, asker=asker), settings, asker,
+                    emit, done_with=traced)
     finally:
         if handle is not None:
             handle.close()
@@ -330,9 +366,9 @@ def identity(settings: RespondSettings) -> dict[str, Any]:
     """What identifies the records: the prompt code, the model, the generation and pathway settings."""
     from apcir.responses.registry import llm_identity
 
-    return {**llm_identity(settings), "code": _code(),
-            **settings.model_dump(include={"pathways", "max_actions", "diversify", "aggregate", "plan_temperature",
-                                           "subset_ratio"})}
+    # the profile in context, one run of pathways: as the identity said when these were shared keys
+    return {**llm_identity(settings), "personalisation": "in-context", "best_of": 1, "code": _code(),
+            **settings.own(PathwaysOptions).model_dump()}
 
 
 def _code() -> str:

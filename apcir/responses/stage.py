@@ -27,11 +27,10 @@ from apcir.contract.records import Turn
 from apcir.contract.reformulations import ReformulationRecord
 from apcir.contract.responses import ResponseRecord
 from apcir.contract.stage import Stage, StageContext, StageResult, an_output, not_an_input
-from apcir.io import RecordAppender, timestamp
+from apcir.io import RecordAppender
 from apcir.llm.accounting import Accounting
 from apcir.llm.batch import BatchSummary, run_batch
 from apcir.responses.job import ResponseJob
-from apcir.responses.registry import accounting_for, responder_for
 from apcir.responses.settings import RespondSettings
 
 
@@ -43,7 +42,7 @@ class RespondSummary(BatchSummary):
 
 def stage_identity(settings: RespondSettings) -> dict[str, Any]:
     """What determines the records, given the same inputs (the stage fingerprint's part from the settings)."""
-    spec = responder_for(settings.responder)
+    spec = settings.entry()
     return {"responder": spec.name, "name": settings.responder, **spec.call("identity", settings)}
 
 
@@ -64,7 +63,7 @@ def respond(
     """Answer every job as ``settings.responder`` says into ``out``: a resumable batch (:func:`run_batch`, which says
     what it raises; see also the module docstring). A turn's record is kept only for the same passages."""
     out = Path(out)
-    spec = responder_for(settings.responder)
+    spec = settings.entry()
 
     def produce(pending: list[ResponseJob], writer: RecordAppender[ResponseRecord], accounting: Accounting) -> Any:
         return spec.call("produce", pending, settings, writer, accounting=accounting, refresh=refresh,
@@ -73,7 +72,8 @@ def respond(
     return run_batch(
         jobs, out, what="responses", record=ResponseRecord, key=lambda job: job.turn.turn_id,
         settings=shaping_settings(settings), description=f"respond {settings.responder}",
-        accounting=lambda: accounting_for(settings), config=lambda: _config_snapshot(settings, spec.offline, refresh),
+        accounting=settings.accounting,
+        config=lambda: settings.config_snapshot(settings.model_dump(include={"responder", "top_k", "max_words"}), refresh),
         produce=produce, summarise=lambda batch, fields: RespondSummary(responder=settings.responder, **fields),
         is_done=lambda job, record: record.status == "ok" and record.responder == settings.responder
         and record.passages == job.passage_ids,
@@ -85,21 +85,6 @@ def _trace_path(out: Path) -> Path:
     from apcir.responses.pathways import trace_path
 
     return trace_path(out)
-
-
-def _config_snapshot(settings: RespondSettings, offline: bool, refresh: bool) -> dict[str, Any]:
-    config: dict[str, Any] = {
-        "responder": settings.responder,
-        "offline": offline,
-        "top_k": settings.top_k,
-        "max_words": settings.max_words,
-        "created": timestamp(),
-    }
-    if offline:
-        config["max_sentences"] = settings.max_sentences
-    else:
-        config.update(settings.client_snapshot(refresh))
-    return config
 
 
 @dataclass

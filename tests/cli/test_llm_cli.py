@@ -124,7 +124,7 @@ def test_cli_against_the_fake_server(run_cli, tmp_path, monkeypatch):
     assert (
         summary["requests"] == 3
         and summary["retries"] == 1
-        and summary["config"]["prompt_options"]["cot"] is False
+        and summary["config"]["prompt"]["cot"] is False
     )
     for path in tmp_path.rglob("*"):
         if path.is_file():

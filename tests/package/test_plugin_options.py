@@ -140,6 +140,71 @@ def test_a_plugin_responder_and_matcher_join_through_their_entry_point_groups(pl
         MATCHERS.get("leters")
 
 
+def respond_config(**respond):
+    from apcir.experiment.config import validate_config
+
+    return validate_config({"name": "p", "fusion": {"weights": {"source": "file", "file": "w.json"}},
+                            "respond": respond})
+
+
+def test_the_plugin_responders_option_is_reached_from_a_config(plugin, tmp_path):
+    """``[respond] responder = "first"`` and ``passage = 2``: the plugin's own key, through the respond stage's
+    function (what ``apcir run`` calls with the config's ``[respond]``), checked like a built-in's keys."""
+    import apcir
+    from apcir.contract.responses import load_responses
+    from apcir.responses.job import build_jobs
+    from apcir.responses.stage import respond
+
+    turns = [t for t in apcir.topics("ikat23-test") if t.conversation_id == "9-1"][:2]
+    passages = {pid: f"passage {n} words long" for pid, n in LENGTHS.items()}
+    run = {t.turn_id: {p: 10.0 - i for i, p in enumerate(passages)} for t in turns}
+    jobs = build_jobs(turns, {}, run, passages, {}, 5)
+    settings = respond_config(responder="first", passage=2).respond
+    assert settings.passage == 2 and settings.model_dump()["passage"] == 2, "read and dumped flat, as a config has it"
+    respond(jobs, settings, tmp_path / "r.jsonl", progress=False)
+    second = list(passages)[1]
+    assert [r.citations for r in load_responses(tmp_path / "r.jsonl").values()] == [[second]] * 2
+    assert [r.citations for r in apcir.respond(turns, {}, run, passages, "first", passage=3).values()] == \
+        [[list(passages)[2]]] * 2
+    with pytest.raises(ApcirError, match=r"'respond\.pasage': did you mean 'respond\.passage'\?"):
+        respond_config(responder="first", pasage=2)
+    with pytest.raises(ApcirError, match="respond.passage: Input should be greater than or equal to 1"):
+        respond_config(responder="first", passage=0)
+    with pytest.raises(ApcirError, match="passage: not used by the extractive responder"):
+        respond_config(responder="extractive", passage=2)
+    with pytest.raises(ApcirError, match="max_sentences: not used by the first responder"):
+        respond_config(responder="first", max_sentences=2)
+
+
+def test_the_plugin_responders_option_is_reached_from_apcir_respond(plugin, files, run_cli):
+    from apcir.contract.responses import load_responses
+
+    code, out, err = run_cli("respond", "--help")
+    assert code == 0 and "--passage" in out, err
+    args = [str(files / "in.run"), "--topics", "ikat23-test", "--turns", TURN, "--collection", str(files / "c.jsonl"),
+            "--responder", "first", "--no-progress"]
+    for rank in (2, 4):
+        code, _, err = run_cli("respond", *args, "--passage", str(rank), "--out", str(files / f"r{rank}.jsonl"))
+        assert code == 0, err
+        assert load_responses(files / f"r{rank}.jsonl")[TURN].citations == [list(LENGTHS)[rank - 1]]
+    code, _, err = run_cli("respond", *args, "--passage", "0", "--out", str(files / "bad.jsonl"))
+    assert code == 2 and "--passage 0: Input should be greater than or equal to 1" in err
+    code, _, err = run_cli("respond", *args[:-3], "--passage", "2", "--out", str(files / "x.jsonl"))
+    assert code == 2 and "passage: not used by the extractive responder" in err
+
+
+def test_the_plugin_responders_option_is_in_the_generated_reference(plugin):
+    sys.path.insert(0, str(DOCS))
+    try:
+        import gen_reference
+    finally:
+        sys.path.remove(str(DOCS))
+    config_page, cli_page = gen_reference.config_reference(), gen_reference.cli_reference()
+    assert "| `respond.passage` | int | `1` | first: the rank of the passage cited (1: the first) |" in config_page
+    respond_section = cli_page.split("## `apcir respond`", 1)[1].split("\n## ", 1)[0]
+    assert "| `--passage` |  | first: the rank of the passage cited (1: the first) (default 1). |" in respond_section
+
+
 def test_a_builtin_entrys_own_keys_are_read_as_strictly_and_guessed_as_the_shared_ones():
     with pytest.raises(ApcirError, match="rerank.0.batch_size: Input should be a valid integer"):
         config(reranker="monot5", batch_size="16")  # a config says what it means, an entry's keys too

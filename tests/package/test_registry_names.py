@@ -4,11 +4,16 @@ A comparison such as ``settings.backend == "lucene-bm25"`` or ``name in ("entrop
 ``responder.startswith("pathways:")``, or ``spec.name == "file"`` outside the module that defines the registry means
 a new entry must edit that module too. The registries' own modules (where each spec is written) may name their
 entries.
+
+A name's syntax (``file:PATH``, ``pathways:MODEL``) is its spec's, read by ``Registry.resolve``: outside a registry's
+module no prefix is tested, whether written out (``"file:"``), held in a constant (``PREFIX = "pathways:"``,
+``removeprefix(PREFIX)``), imported from a registry (``startswith(EXTRACTIVE)``) or built (``f"{NAME}:"``).
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2] / "apcir"
@@ -50,14 +55,60 @@ def _is_name_attribute(node: ast.AST) -> bool:
     return isinstance(node, ast.Attribute) and node.attr == "name"
 
 
+PREFIX_METHODS = ("startswith", "endswith", "removeprefix", "partition", "split", "find", "index")
+
+
+def _bound_names(tree: ast.AST, every: set[str]) -> dict[str, str]:
+    """The module's names bound to an entry's name or prefix (``PREFIX = "pathways:"``, ``from
+    apcir.responses.registry import EXTRACTIVE``), with the text each stands for."""
+    registries = {"apcir." + m.removesuffix(".py").replace("/", ".") for m in REGISTRY_MODULES}
+    bound: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and \
+                isinstance(node.value.value, str) and node.value.value.rstrip(":") in every:
+            bound.update({t.id: node.value.value for t in node.targets if isinstance(t, ast.Name)})
+        elif isinstance(node, ast.ImportFrom) and node.module in registries:
+            module = importlib.import_module(node.module)
+            for alias in node.names:
+                value = getattr(module, alias.name, None)
+                if isinstance(value, str) and value.rstrip(":") in every and value.rstrip(":"):
+                    bound[alias.asname or alias.name] = value
+    return bound
+
+
+def _prefix_text(node: ast.AST, bound: dict[str, str]) -> list[str]:
+    """What a prefix test's argument spells, where it spells an entry's name: a constant, a bound name
+    (``PREFIX``), or an f-string of them (``f"{NAME}:"``)."""
+    if isinstance(node, ast.Name) and node.id in bound:
+        return [bound[node.id]]
+    if isinstance(node, ast.JoinedStr):
+        parts = []
+        for value in node.values:
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                parts.append(value.value)
+            elif isinstance(value, ast.FormattedValue) and isinstance(value.value, ast.Name) and \
+                    value.value.id in bound:
+                parts.append(bound[value.value.id])
+            else:
+                break
+        return ["".join(parts)] if parts else []
+    return _constants(node)
+
+
 def comparisons(path: Path, names: set[str], generic: set[str] = GENERIC) -> list[str]:
     found = []
     tree = ast.parse(path.read_text(encoding="utf-8"))
     every = names | generic
+    bound = _bound_names(tree, every)
+    for name, text in sorted(bound.items()):
+        if text.endswith(":"):
+            found.append(f"{path.relative_to(ROOT)}: {name} holds the prefix {text}")
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-                node.func.attr in ("startswith", "endswith", "removeprefix", "partition") and node.args:
-            hits = sorted({c for c in _constants(node.args[0]) if c.rstrip(":") in every and c.rstrip(":")})
+                node.func.attr in PREFIX_METHODS and node.args:
+            texts = _prefix_text(node.args[0], bound)
+            hits = sorted({c for c in texts if c.split(":")[0] in every and c.split(":")[0] and
+                           (c.endswith(":") or c in names or node.func.attr in ("startswith", "removeprefix"))})
             if hits:
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.func.attr} {', '.join(hits)}")
             continue
@@ -102,5 +153,22 @@ def test_the_check_sees_a_prefix_test_and_a_spec_name_comparison(tmp_path):
         assert comparisons(sample, entry_names()) == [
             "_probe_for_test2.py:2: startswith pathways:",
             "_probe_for_test2.py:6: compares an entry's name with file"]
+    finally:
+        sample.unlink()
+
+
+def test_the_check_sees_a_prefix_held_in_a_name_imported_or_built(tmp_path):
+    sample = ROOT / "_probe_for_test3.py"
+    try:
+        sample.write_text('from apcir.responses.registry import EXTRACTIVE as NAME\n'
+                          'PREFIX = "pathways:"\n\n\n'
+                          'def f(responder):\n    return responder.removeprefix(PREFIX)\n\n\n'
+                          'def g(responder):\n    return responder.startswith(NAME)\n\n\n'
+                          'def h(method, kind):\n    return method.startswith(f"{kind}:"), method.startswith(f"{NAME}:")\n')
+        assert comparisons(sample, entry_names()) == [
+            "_probe_for_test3.py: PREFIX holds the prefix pathways:",
+            "_probe_for_test3.py:6: removeprefix pathways:",
+            "_probe_for_test3.py:10: startswith extractive",
+            "_probe_for_test3.py:14: startswith extractive:"]
     finally:
         sample.unlink()

@@ -9,10 +9,10 @@ import pytest
 from apcir import datasets
 from apcir.contract.reformulations import load_reformulations
 from apcir.errors import ApcirError
-from apcir.reformulation.file import file_records
+from apcir.reformulation.file import file_records, parse_map
 from apcir.reformulation.offline import heuristic_output
 from apcir.reformulation.registry import is_offline, reformulator_for
-from apcir.reformulation.settings import ReformulatorOptions, parse_map
+from apcir.reformulation.settings import ReformulatorOptions
 from apcir.reformulation.stage import reformulate
 
 

@@ -1,7 +1,8 @@
 """A third-party re-ranker with an option of its own (``favour``), as a package outside apcir would ship it:
 its spec names its options model, so ``[rerank] favour = "long"`` and ``apcir rerank --favour long`` reach it
-and the reference pages list it, with no edit to apcir; a responder, and a nugget matcher with an option of its
-own (``min_letters``: ``[evaluation] nugget_min_letters``, ``apcir evaluate-responses --min-letters``), through the
+and the reference pages list it, with no edit to apcir; a responder with an option of its own (``passage``:
+``[respond] passage = 2``, ``apcir respond --passage 2``) and a nugget matcher with an option of its own
+(``min_letters``: ``[evaluation] nugget_min_letters``, ``apcir evaluate-responses --min-letters``), through the
 ``apcir.responders`` and ``apcir.matchers`` groups (see knob_apcir_plugin-0.1.dist-info/entry_points.txt)."""
 
 from __future__ import annotations
@@ -51,19 +52,25 @@ RERANKER = RerankerSpec("wordcount", "+wordcount", "passages ordered by their le
                         "pointwise", "none", "knob_apcir_plugin:load_reranker", WordCountOptions)
 
 
-# ---- a responder (offline): the first passage given, cited ----------------------------------------------
+# ---- a responder (offline) with an option of its own: the passage at rank ``passage`` given, cited ----------
+class FirstOptions(Options):
+    passage: int = Field(1, ge=1, description="the rank of the passage cited (1: the first)")
+
+
 def produce_first(jobs, settings, emit, **_):
     from apcir.contract.responses import ResponseRecord
 
+    rank = settings.own(FirstOptions).passage
     for job in jobs:
-        pid, text = job.passages[0]
+        pid, text = job.passages[min(rank, len(job.passages)) - 1]
         emit(ResponseRecord(turn_id=job.turn.turn_id, responder="first", prompt_hash="first-v1",
-                            text=f"{' '.join(text.split()[:settings.max_words - 1])} [1]", passages=[pid],
+                            text=f"{' '.join(text.split()[:settings.max_words - 1])} [{rank}]", passages=job.passage_ids,
                             citations=[pid]))
 
 
-RESPONDER = ResponderSpec("first", "the first passage, cited (a plugin)", "first", True,
-                          lambda settings: {"code": "first-v1"}, produce_first)
+RESPONDER = ResponderSpec("first", "the passage at a rank, cited (a plugin with an option)", "first", True,
+                          lambda settings: {"code": "first-v1", "passage": settings.own(FirstOptions).passage},
+                          produce_first, options=FirstOptions)
 
 
 # ---- a nugget matcher with an option (offline, so a run's [evaluation] may name it): the share of the nugget's
