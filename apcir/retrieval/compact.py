@@ -39,9 +39,9 @@ from apcir.retrieval.engine import (
     BLOCK,
     SPARSE_FRACTION,
     BlockSearch,
-    _heap_to_sorted,
     _merge_parts,
     _offer_block,
+    _part_heaps,
     _take,
     engine_arrays,
     part_range,
@@ -214,27 +214,10 @@ def _search_range(indptr, codes, exceptions, ebase, cbounds, ebounds, n_passages
 
 
 @numba.njit(cache=True, parallel=True)
-def _search_batch(indptr, codes, exceptions, ebase, cbounds, ebounds, n_passages, q_indptr, q_terms, q_weights, k,
-                  block, out_d, out_s, counts):  # type: ignore[no-untyped-def]
-    nq = q_indptr.shape[0] - 1
-    n_blocks = cbounds.shape[1] - 1
-    for q in numba.prange(nq):
-        hs = np.empty(k, dtype=np.float32)
-        hd = np.empty(k, dtype=np.int32)
-        lo, hi = q_indptr[q], q_indptr[q + 1]
-        size = _search_range(indptr, codes, exceptions, ebase, cbounds, ebounds, n_passages, q_terms[lo:hi],
-                             q_weights[lo:hi], k, 0, n_blocks, block, hs, hd)
-        _heap_to_sorted(hs, hd, size, out_s[q], out_d[q])
-        counts[q] = size
-
-
-@numba.njit(cache=True, parallel=True)
 def _search_split(indptr, codes, exceptions, ebase, cbounds, ebounds, n_passages, terms, weights, k, block, parts,
                   out_d, out_s):  # type: ignore[no-untyped-def]
     """One query, its blocks cut into ``parts`` contiguous runs searched in parallel, heaps merged."""
-    all_s = np.empty((parts, k), dtype=np.float32)
-    all_d = np.empty((parts, k), dtype=np.int32)
-    sizes = np.zeros(parts, dtype=np.int64)
+    all_s, all_d, sizes = _part_heaps(parts, k)
     for part in numba.prange(parts):
         first, last = part_range(part, parts, cbounds.shape[1] - 1)
         if first < last:
@@ -278,5 +261,9 @@ class CompactEngine(BlockSearch):
 
     def _batch(self, q_indptr: np.ndarray, terms: np.ndarray, weights: np.ndarray, k: int, out_d: np.ndarray,
                out_s: np.ndarray, counts: np.ndarray) -> None:
-        _search_batch(*self._arrays(), self.n_passages, q_indptr, terms, weights, k, self.block,  # type: ignore[call-arg]
-                      out_d, out_s, counts)
+        """One query after the other, each split over the threads (the same top k as one at a time)."""
+        parts = numba.get_num_threads()
+        for q in range(q_indptr.shape[0] - 1):
+            lo, hi = q_indptr[q], q_indptr[q + 1]
+            if hi > lo:
+                counts[q] = self._split(terms[lo:hi], weights[lo:hi], k, parts, out_d[q], out_s[q])

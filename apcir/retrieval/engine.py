@@ -264,6 +264,12 @@ def _offer_block(acc: np.ndarray, n: int, b0: int, hs: np.ndarray, hd: np.ndarra
 
 
 @numba.njit(cache=True)
+def _part_heaps(parts: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each part's k-heap (scores, passages) and its size."""
+    return np.empty((parts, k), dtype=np.float32), np.empty((parts, k), dtype=np.int32), np.zeros(parts, dtype=np.int64)
+
+
+@numba.njit(cache=True)
 def _merge_parts(all_s: np.ndarray, all_d: np.ndarray, sizes: np.ndarray, k: int, out_d: np.ndarray,
                  out_s: np.ndarray) -> int:
     """The k best of the parts' heaps, best first in ``out_*``; returns how many."""
@@ -303,9 +309,7 @@ def _search_batch(
 @numba.njit(cache=True, parallel=True)
 def _search_split(bounds, local, data, n_passages, terms, weights, k, block, parts, out_d, out_s):  # type: ignore[no-untyped-def]
     """One query, its blocks cut into ``parts`` contiguous runs searched in parallel, heaps merged."""
-    all_s = np.empty((parts, k), dtype=np.float32)
-    all_d = np.empty((parts, k), dtype=np.int32)
-    sizes = np.zeros(parts, dtype=np.int64)
+    all_s, all_d, sizes = _part_heaps(parts, k)
     for part in numba.prange(parts):
         first, last = part_range(part, parts, bounds.shape[1] - 1)
         if first < last:
