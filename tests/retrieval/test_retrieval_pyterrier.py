@@ -22,6 +22,7 @@ from apcir import datasets
 from apcir.contract.layout import RunLayout
 from apcir.contract.reformulations import LIST_NAMES, load_reformulations
 from apcir.contract.runs import load_run, ranking, read_run_file
+from apcir.retrieval.transformer import query_text
 
 RETRIEVERS = '''
 from pyterrier_pisa import PisaIndex
@@ -142,6 +143,14 @@ def test_query_toks_from_apcir_s_encoder_reach_a_learned_sparse_retriever(demo, 
     expected = _direct(retriever, "query_toks", {t.turn_id: v for t, v in zip(turns, vectors)}, k=100)
     assert load_run(tmp_path / "toks.run") == expected
     assert all(len(hits) == 100 for hits in expected.values())
+
+
+def test_a_list_input_reaches_a_text_retriever_as_one_text():
+    """What a `query_form = "text"` retriever is given: the query, or the query and the response joined by a space
+    (an empty or missing response adds nothing)."""
+    assert query_text("what is a bike") == "what is a bike"
+    assert query_text(("what is a bike", "a bike has two wheels")) == "what is a bike a bike has two wheels"
+    assert query_text(("what is a bike", None)) == query_text(("what is a bike", "")) == "what is a bike"
 
 
 def test_retrieve_lists_takes_a_pyterrier_retriever_in_python(bm25_index):
