@@ -149,3 +149,20 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
 
     root = build_once(tmp_path_factory, "demo", build)
     return DemoRun(root, (root / "first-run.log").read_text())
+
+
+def reference_pages() -> tuple[str, str]:
+    """The configuration and command-line reference pages as docs/gen_reference.py generates them now (with the
+    plugins the registries hold at the call)."""
+    docs = str(Path(__file__).resolve().parents[1] / "docs")
+    sys.path.insert(0, docs)
+    try:
+        import gen_reference
+    finally:
+        sys.path.remove(docs)
+    return gen_reference.config_reference(), gen_reference.cli_reference()
+
+
+def cli_section(cli_page: str, command: str) -> str:
+    """The section of the command-line reference of ``command`` (``apcir rerank``)."""
+    return cli_page.split(f"## `{command}`", 1)[1].split("\n## ", 1)[0]

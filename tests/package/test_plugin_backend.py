@@ -6,17 +6,16 @@ backend's, and listed in the generated reference, with no edit to apcir (issue 5
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from shared import cli_section, reference_pages
 
 from apcir.contract.runs import read_run_file
 from apcir.errors import ApcirError
 from apcir.retrieval.registry import BACKENDS
 
 PLUGIN = Path(__file__).resolve().parents[1] / "plugins" / "backend"
-DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 @pytest.fixture
@@ -122,15 +121,10 @@ def test_the_plugin_option_is_reached_from_the_commands(plugin, small, run_cli, 
 
 
 def test_the_plugin_option_is_in_the_generated_reference(plugin):
-    sys.path.insert(0, str(DOCS))
-    try:
-        import gen_reference
-    finally:
-        sys.path.remove(str(DOCS))
-    config_page, cli_page = gen_reference.config_reference(), gen_reference.cli_reference()
+    config_page, cli_page = reference_pages()
     assert "| `retrieval.min_overlap` | int | `1` | tally: passages sharing fewer query words are left out |" \
         in config_page
     for command in ("apcir index build", "apcir retrieve"):
-        section = cli_page.split(f"## `{command}`", 1)[1].split("\n## ", 1)[0]
+        section = cli_section(cli_page, command)
         assert "| `--min-overlap` |" in section and "tally: passages sharing fewer query words are left out" \
             in section, command

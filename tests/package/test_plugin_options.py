@@ -4,10 +4,10 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
+from shared import cli_section, reference_pages
 from tiny_models import write_collection
 
 from apcir.errors import ApcirError
@@ -16,7 +16,6 @@ from apcir.reranking.registry import RERANKERS
 from apcir.responses.registry import RESPONDERS
 
 PLUGIN = Path(__file__).resolve().parents[1] / "plugins" / "with_options"
-DOCS = Path(__file__).resolve().parents[2] / "docs"
 TURN = "9-1_1"
 LENGTHS = {f"clueweb22-en0000-00-{i:05d}:0": n for i, n in enumerate([3, 9, 1, 6, 4])}
 
@@ -107,15 +106,10 @@ def test_the_plugin_option_is_reached_from_apcir_rerank(plugin, files, run_cli):
 
 
 def test_the_plugin_option_is_in_the_generated_reference(plugin):
-    sys.path.insert(0, str(DOCS))
-    try:
-        import gen_reference
-    finally:
-        sys.path.remove(str(DOCS))
-    config_page, cli_page = gen_reference.config_reference(), gen_reference.cli_reference()
+    config_page, cli_page = reference_pages()
     assert "| `rerank.favour` | Literal['short', 'long'] | `'short'` | wordcount: which passages come first: short " \
            "or long ones |" in config_page
-    rerank_section = cli_page.split("## `apcir rerank`", 1)[1].split("\n## ", 1)[0]
+    rerank_section = cli_section(cli_page, "apcir rerank")
     assert "| `--favour` |  | wordcount: which passages come first: short or long ones (default short). |" \
            in rerank_section
     assert "`--min-words`" in rerank_section
@@ -194,14 +188,9 @@ def test_the_plugin_responders_option_is_reached_from_apcir_respond(plugin, file
 
 
 def test_the_plugin_responders_option_is_in_the_generated_reference(plugin):
-    sys.path.insert(0, str(DOCS))
-    try:
-        import gen_reference
-    finally:
-        sys.path.remove(str(DOCS))
-    config_page, cli_page = gen_reference.config_reference(), gen_reference.cli_reference()
+    config_page, cli_page = reference_pages()
     assert "| `respond.passage` | int | `1` | first: the rank of the passage cited (1: the first) |" in config_page
-    respond_section = cli_page.split("## `apcir respond`", 1)[1].split("\n## ", 1)[0]
+    respond_section = cli_section(cli_page, "apcir respond")
     assert "| `--passage` |  | first: the rank of the passage cited (1: the first) (default 1). |" in respond_section
 
 
@@ -329,15 +318,10 @@ nugget_min_letters = {min_letters}
 
 
 def test_the_plugin_matchers_option_is_in_the_generated_reference(plugin):
-    sys.path.insert(0, str(DOCS))
-    try:
-        import gen_reference
-    finally:
-        sys.path.remove(str(DOCS))
-    config_page, cli_page = gen_reference.config_reference(), gen_reference.cli_reference()
+    config_page, cli_page = reference_pages()
     assert "| `evaluation.nugget_min_letters` | int | `1` | letters: words shorter than this are left out of the " \
            "nugget and the response |" in config_page
     assert "| `evaluation.nugget_tau` | float \\| None | `None` | lexical, embedding, letters: " in config_page
-    section = cli_page.split("## `apcir evaluate-responses`", 1)[1].split("\n## ", 1)[0]
+    section = cli_section(cli_page, "apcir evaluate-responses")
     assert "| `--min-letters` |  | letters: words shorter than this are left out of the nugget and the response " \
            "(default 1). |" in section
