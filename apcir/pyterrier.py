@@ -210,16 +210,12 @@ class Retrieve(pt.Transformer):  # type: ignore[misc]
         return TransformerRetriever(self.retriever, self.query_form, encoder, name=repr(self.retriever))
 
     def run_field(self, queries: pd.DataFrame, field: str | None = None) -> api.Run:
-        from apcir.retrieval.stage import retrieve_lists
+        from apcir.retrieval.core import ListRetrieval
 
         if self._searcher is None:
             self._searcher = self._open()
         name = field or self.field
-        import tempfile
-
-        with tempfile.TemporaryDirectory(prefix="apcir-") as scratch:
-            runs = retrieve_lists(self._searcher, {name: _query_inputs(queries, name)},
-                                  {name: Path(scratch) / "run"}, {name: name}, k=self.k, progress=False)
+        runs = ListRetrieval(self._searcher, self.k).search({name: _query_inputs(queries, name)})
         return api.Run(runs[name], name=name)
 
     def transform_outputs(self, columns: list[str]) -> list[str]:

@@ -28,16 +28,13 @@ def reformulate(turns: PathLike | Sequence[Turn], method: str = "heuristic", *, 
     """One record per turn (level and three rewrites) by ``method`` (``heuristic``, ``manual``, ``file:PATH`` or an
     LLM such as ``gpt-4o``; ``settings`` are ``[reformulator]``'s keys, e.g. ``base_url``). With ``out`` the
     records are kept there and a second call resumes; failed turns fall back to their utterance at level a."""
-    from apcir.contract.reformulations import load_reformulations, with_fallbacks
+    from apcir.reformulation.core import Reformulation
     from apcir.reformulation.settings import ReformulatorOptions
-    from apcir.reformulation.stage import reformulate as _reformulate
 
-    chosen = turn_list(turns)
     options = ReformulatorOptions.model_validate({**settings, "method": method})
     scratch: list[Any] = []
     path = records_file(out, scratch, "reformulations.jsonl")
-    _reformulate(chosen, options, path, progress=progress, redo_stale=True)
-    return with_fallbacks(load_reformulations(path), chosen)
+    return Reformulation(options, path, redo_stale=True, progress=progress)(turn_list(turns))
 
 
 def retrieve(queries: Mapping[str, Any], index: PathLike, *, k: int = 1000, field: str = "rewrite",
@@ -47,9 +44,8 @@ def retrieve(queries: Mapping[str, Any], index: PathLike, *, k: int = 1000, fiel
     reformulation records (``field`` picks rewrite, rewrite_response or third) or ``{turn_id: text}``;
     ``dtype``: the query encoder's precision (auto, float32, bfloat16, float16); ``options``: the backend's own
     (``query_algorithm="wand"`` for pisa, ``retriever="module:function"`` with ``backend="pyterrier"``, ...)."""
-    from apcir.experiment.turns import ListRetrieval
     from apcir.retrieval.backends import open_index
-    from apcir.retrieval.stage import list_queries
+    from apcir.retrieval.core import ListRetrieval, list_queries
 
     if queries and all(isinstance(v, ReformulationRecord) for v in queries.values()):
         asked: Mapping[str, Any] = list_queries(queries, field)
@@ -90,7 +86,7 @@ def fuse(lists: Sequence[Any], levels: Mapping[str, str] | PathLike, weights: We
     """The fused run: each turn's lists min-max normalised (or ``norm``) and summed with its level's weights."""
     from apcir.contract.levels import load_levels
     from apcir.contract.weights import load_weights
-    from apcir.fusion.linear import fuse_linear
+    from apcir.fusion.core import LevelFusion
     from apcir.fusion.normalise import check_norm
 
     tuned = load_weights(weights) if isinstance(weights, (str, Path)) else weights
@@ -98,8 +94,7 @@ def fuse(lists: Sequence[Any], levels: Mapping[str, str] | PathLike, weights: We
     level_map = load_levels(levels) if isinstance(levels, (str, Path)) else dict(levels)
     chosen_norm = norm or tuned.norm
     check_norm(chosen_norm)
-    return Run(fuse_linear(runs, level_map, tuned, chosen_norm, depth or tuned.depth, missing_level=missing_level),
-               name="fused", weights=tuned, weights_source=str(weights) if isinstance(weights, (str, Path)) else
+    return Run(LevelFusion(tuned, chosen_norm, depth or tuned.depth, missing_level)(runs, level_map), name="fused", weights=tuned, weights_source=str(weights) if isinstance(weights, (str, Path)) else
                f"weights tuned on {tuned.tuned_on.qrels or 'unnamed qrels'}")
 
 
@@ -109,7 +104,7 @@ def rerank(run: Mapping[str, Mapping[str, float]], queries: Mapping[str, Any], p
     """``run`` re-ranked (its top ``depth`` passages; the rest keep their place below): ``queries`` are
     reformulation records or ``{turn_id: text}``, ``passages`` a collection or ``{passage_id: text}``;
     ``settings`` are ``[rerank]``'s keys (model, depth, ...)."""
-    from apcir.experiment.turns import Reranking
+    from apcir.reranking.core import Reranking
     from apcir.reranking.settings import RerankSettings
 
     config = RerankSettings.model_validate({**settings, "reranker": reranker, "field": field})
@@ -127,17 +122,19 @@ def rerank(run: Mapping[str, Mapping[str, float]], queries: Mapping[str, Any], p
 def respond(turns: PathLike | Sequence[Turn], reformulations: Mapping[str, ReformulationRecord],
             run: Mapping[str, Mapping[str, float]], passages: PathLike | Mapping[str, str],
             responder: str = "extractive", *, out: PathLike | None = None, progress: bool = False,
-            **settings: Any) -> dict[str, ResponseRecord]:
+            ptkb_encoder: str | None = None, **settings: Any) -> dict[str, ResponseRecord]:
     """One grounded response per turn from ``run``'s top passages, citing them, with the PTKB statements it relied
-    on (``responder``: extractive or an LLM; ``settings`` are ``[respond]``'s keys). Resumable with ``out``."""
-    from apcir.experiment.turns import Responding
-    from apcir.responses.ptkb import similarity_for
+    on (``responder``: extractive or an LLM; ``settings`` are ``[respond]``'s keys). Resumable with ``out``.
+    The statements are ranked the reformulation's ``ptkb_used`` first, then by similarity to the personalised
+    rewrite: BM25, or ``ptkb_encoder``'s (the retrieval encoder, e.g. ``splade-tiny``, ranks them as ``apcir run``
+    does with that encoder)."""
+    from apcir.responses.core import Responding, StatementRanking
     from apcir.responses.settings import RespondSettings
 
     config = RespondSettings.model_validate({**settings, "responder": responder})
     scratch: list[Any] = []
     path = records_file(out, scratch, "responses.jsonl")
-    responding = Responding(config, similarity_for("bm25", None), path, lambda ids: passage_texts(passages, ids),
+    responding = Responding(config, path, StatementRanking.of(ptkb_encoder), lambda ids: passage_texts(passages, ids),
                             redo_stale=True, progress=progress)
     return responding(turn_list(turns), reformulations, {t: dict(h) for t, h in run.items()})
 
@@ -164,10 +161,11 @@ def export(run: Mapping[str, Mapping[str, float]], turns: PathLike | Sequence[Tu
            run_name: str = "apcir", team_id: str = "apcir", responses: Mapping[str, ResponseRecord] | None = None,
            reformulations: Mapping[str, ReformulationRecord] | None = None,
            passages: PathLike | Mapping[str, str] | None = None, format: str | None = None,
-           year: int | None = None, **settings: Any) -> Path:
+           year: int | None = None, ptkb_encoder: str | None = None, **settings: Any) -> Path:
     """An iKAT submission of ``run`` (with responses and PTKB provenance) in the topics' year's format, or
-    ``format`` (``apcir formats`` lists them); ``settings`` are ``[export]``'s keys. Returns the file written."""
-    from apcir.responses.ptkb import rank_statements, similarity_for
+    ``format`` (``apcir formats`` lists them); ``settings`` are ``[export]``'s keys; the statements ranked as
+    :func:`respond` ranks them (``ptkb_encoder``). Returns the file written."""
+    from apcir.responses.core import StatementRanking
     from apcir.submission.common import USED_TOP, SubmissionInputs
     from apcir.submission.settings import ExportSettings
     from apcir.submission.stage import text_ids, write_submission
@@ -186,8 +184,7 @@ def export(run: Mapping[str, Mapping[str, float]], turns: PathLike | Sequence[Tu
     inputs = SubmissionInputs(run=plain, turns=chosen, run_name=run_name, run_type=config.run_type, team_id=team_id,
                               reformulations=records, passages=texts, mode=config.text, used_top=used_top,
                               responses=dict(responses) if responses is not None else None,
-                              ptkb=rank_statements(chosen, records,
-                                                                                    similarity_for("bm25", None)),
+                              ptkb=StatementRanking.of(ptkb_encoder)(chosen, records),
                               ptkb_mode=config.ptkb, eval_response=config.eval_response, year=the_year)
     return write_submission(inputs, fmt, Path(out), allow_missing_text=config.allow_missing_text or passages is None)
 

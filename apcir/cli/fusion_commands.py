@@ -385,7 +385,7 @@ def baseline_command(
 
 def _tuned_baseline(name, run_list, names, turns, levels, qrels, weights_path, tuning, norm, depth,  # type: ignore[no-untyped-def]
                     FusionInputs, tune_variants, pooled_run) -> Run:  # noqa: N803
-    from apcir.fusion.linear import fuse_linear
+    from apcir.fusion.core import LevelFusion
 
     variant = SYSTEMS.get(name).variant
     if variant is not None and variant.pooled:
@@ -406,7 +406,7 @@ def _tuned_baseline(name, run_list, names, turns, levels, qrels, weights_path, t
     inputs = FusionInputs(lists=run_list, levels=datasets.levels(levels), qrels=datasets.qrels(qrels), qrels_name=qrels,
                           run_names=names, levels_name=str(levels))
     weights = tune_variants(inputs, tuning, [name], FusionParams.of(norm=norm, depth=depth), evidence=False)[name]
-    return fuse_linear(run_list, inputs.levels, weights)
+    return LevelFusion(weights, missing_level=None)(run_list, inputs.levels)
 
 
 def register(app: typer.Typer) -> None:

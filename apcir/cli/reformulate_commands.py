@@ -25,11 +25,12 @@ from apcir.cli.common import (
 from apcir.console import rule
 from apcir.errors import ApcirError
 from apcir.io import refuse_inputs_as_outputs
+from apcir.reformulation.core import Reformulation
 from apcir.reformulation.file import parse_map
 from apcir.reformulation.prompt import PromptOptions, build_prompt, estimate_tokens
 from apcir.reformulation.registry import REFORMULATORS, usage_help
 from apcir.reformulation.settings import ReformulatorOptions
-from apcir.reformulation.stage import ReformulateSummary, reformulate
+from apcir.reformulation.stage import ReformulateSummary
 
 _NO_COT = typer.Option(False, "--no-cot", help="Ablation: no reasoning asked for (no chain of thought).")
 _NO_EXAMPLES = typer.Option(False, "--no-level-examples", help="Ablation: no short examples per level.")
@@ -114,7 +115,7 @@ def reformulate_command(
                       **(options or {}))
     refuse_inputs_as_outputs([out], [topics, judged_only, *chosen.inputs(), chosen.prices, chosen.cache_dir])
     selected = datasets.select_turns(topics, turns, judged_only)
-    summary = reformulate(selected, chosen, out, refresh=refresh, progress=not no_progress)
+    summary = Reformulation(chosen, out, progress=not no_progress).make(selected, refresh=refresh)
     finish_batch(summary, as_json, print_summary)
 
 

@@ -50,7 +50,9 @@ def rerank_command(
 ) -> None:
     """Re-rank the top --depth passages of every turn of a run; write a TREC run."""
     from apcir.datasets import collection_path
-    from apcir.reranking.stage import query_text, rerank_run, texts_for
+    from apcir.datasets.store import store_for
+    from apcir.reranking.core import Reranking
+    from apcir.reranking.stage import query_text
     from apcir.retrieval.queries import is_jsonl, load_queries
 
     given = llm or {}
@@ -71,10 +73,10 @@ def rerank_command(
     run_file = read_run_file(run)
     for problem in run_file.problems:
         err_console.print(f"[yellow]warning:[/] {run}: {problem}", highlight=False)
-    texts = texts_for(run_file.run, chosen.depth, collection_file) if run_file.run else {}
     started = time.perf_counter()
-    reranked, summary = rerank_run(run_file.run, {t: query_text(q) for t, q in query_set.queries.items()}, texts,
-                                   chosen, progress=not no_progress)
+    texts = lambda ids: store_for(collection_file).texts(ids)  # noqa: E731 - read only when there is a run
+    reranked, summary = Reranking(chosen, texts, not no_progress).with_summary(
+        run_file.run, {t: query_text(q) for t, q in query_set.queries.items()})
     summary.seconds = round(time.perf_counter() - started, 3)
     default_tag = f"{run_file.tag or 'run'}+{chosen.label}"
     write_run(reranked, out, tag=tag or default_tag)

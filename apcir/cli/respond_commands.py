@@ -21,19 +21,12 @@ from apcir.contract.reformulations import load_reformulations, reformulation_sta
 from apcir.contract.runs import read_run_file
 from apcir.errors import ApcirError
 from apcir.io import check_writable, refuse_inputs_as_outputs
-from apcir.responses.job import build_jobs, check_run_turns, needed_passages
-from apcir.responses.ptkb import (
-    BM25,
-    PTKB_METHODS,
-    bm25_similarity,
-    load_ptkb_run,
-    rank_by,
-    rank_statements,
-    write_ptkb_run,
-)
+from apcir.responses.core import Responding
+from apcir.responses.job import check_run_turns
+from apcir.responses.ptkb import BM25, PTKB_METHODS, load_ptkb_run, rank_by, write_ptkb_run
 from apcir.responses.registry import RESPONDERS, usage_help
 from apcir.responses.settings import RespondSettings
-from apcir.responses.stage import RespondSummary, respond
+from apcir.responses.stage import RespondSummary
 from apcir.retrieval.precision import DTYPE_HELP, check_dtype
 
 
@@ -145,12 +138,11 @@ def respond_command(
         check_run_turns(run_file.run, selected)
     records = load_reformulations(reformulations) if reformulations else {}
     warn_unknown_statements(selected, reformulation_statements(records), str(reformulations))
-    ptkb = load_ptkb_run(ptkb_run, selected) if ptkb_run else rank_statements(selected, records, bm25_similarity())
-    texts = (datasets.passage_texts(datasets.collection_path(collection),
-                                    needed_passages(run_file.run, selected, chosen.top_k))
-             if run_file is not None and collection is not None else {})
-    jobs = build_jobs(selected, records, run_file.run if run_file is not None else None, texts, ptkb, chosen.top_k)
-    summary = respond(jobs, chosen, out, refresh=refresh, progress=not no_progress)
+    ranked = load_ptkb_run(ptkb_run, selected) if ptkb_run else None  # None: ptkb_used first, then BM25
+    responding = Responding(chosen, out, texts=lambda ids: datasets.passage_texts(
+        datasets.collection_path(collection), ids) if collection is not None else {}, progress=not no_progress)
+    summary = responding.make(responding.jobs(selected, records, run_file.run if run_file is not None else None,
+                                              ranked), refresh=refresh)
     from apcir.responses.pathways import trace_path
 
     if chosen.entry().traced and trace_path(out).exists():

@@ -234,9 +234,9 @@ def retrieve_command(
     (generated from its options model) are given beside the shared ones."""
     from apcir.contract.runs import write_run
     from apcir.retrieval.backends import open_index
+    from apcir.retrieval.core import ListRetrieval
     from apcir.retrieval.queries import load_queries
     from apcir.retrieval.settings import check_encoder
-    from apcir.retrieval.stage import retrieve_lists
 
     checked("--backend", BACKENDS.validate, backend_name)
     checked("--encoder", check_encoder, encoder)
@@ -290,10 +290,11 @@ def retrieve_command(
     backend = open_index(index, _query_encoder(encoder, backend_name, own), device=device, threads=threads,
                          backend=backend_name, dtype=dtype, options=own)
     started = time.perf_counter()
-    runs = retrieve_lists(backend, {keys[f]: qs.queries for f, qs in query_sets.items()}, outs, tags, k=k)
+    runs = ListRetrieval(backend, k, progress=True).search({keys[f]: qs.queries for f, qs in query_sets.items()})
     seconds = time.perf_counter() - started
     for key, path in outs.items():
         run = runs[key]
+        write_run(run, path, tag=tags[key], depth=k)
         empty = [t for t, hits in run.items() if not hits]
         console.print(
             f"wrote {path}: {len(run)} turns, {sum(len(h) for h in run.values())} hits (depth {k})"

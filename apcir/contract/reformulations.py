@@ -176,3 +176,19 @@ def warn_unknown_statements(turns: Sequence[Turn], named: Mapping[str, Sequence[
 def reformulation_statements(records: Mapping[str, ReformulationRecord]) -> dict[str, list[str]]:
     """The ``ptkb_used`` of every reformulation with an output, by turn."""
     return {t: list(r.output.ptkb_used) for t, r in records.items() if r.output is not None}
+
+
+def filled_records(records: Mapping[str, ReformulationRecord], turns: Sequence[Turn], label: str,
+                   source: str) -> dict[str, ReformulationRecord]:
+    """A record for every turn of ``turns``: failed or missing ones searched with their raw utterance at level a
+    (said in a warning naming ``label``), statement ids the profile lacks warned about (naming ``source``)."""
+    from apcir.console import shown, warn
+
+    chosen = list(turns)
+    filled = with_fallbacks(records, chosen)
+    warn_unknown_statements(chosen, reformulation_statements(filled), source)
+    fallen = sorted(t for t, r in filled.items() if r.status == "failed")
+    if fallen:
+        warn(f"{len(fallen)} turn(s) have no reformulation ({label}) and are searched with their raw utterance at "
+             f"level a: {shown(fallen)}")
+    return filled

@@ -21,9 +21,7 @@ redone when they did. The run directory's layout is
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
@@ -32,149 +30,23 @@ from apcir.console import warn
 from apcir.contract.fusion import load_fusion_record
 from apcir.contract.layout import RunLayout
 from apcir.contract.levels import ANNOTATORS, annotator_levels, write_levels
-from apcir.contract.records import Run, Turn
+from apcir.contract.records import Turn
 from apcir.contract.reformulations import ReformulationRecord, levels_of
-from apcir.contract.runs import load_run, write_run
-from apcir.contract.stage import Stage, StageContext
-from apcir.contract.weights import WeightsFile, load_weights
 from apcir.errors import ApcirError, set_crash_log_dir
-from apcir.evaluation.results import RunMetrics, read_metrics
+from apcir.evaluation.results import read_metrics
 from apcir.experiment import plan
 from apcir.experiment.config import ExperimentConfig
 from apcir.experiment.environment import environment, record_index
-from apcir.experiment.ledger import StageLedger, StageOutcome
-from apcir.fusion.systems import PRIMARY, SYSTEMS
+from apcir.experiment.runner import RunReport, StageRunner
+from apcir.experiment.weights import resolve_weights
+from apcir.fusion.systems import SYSTEMS
 from apcir.io import exclusive, refuse_inputs_inside, remove_stale_temporaries, write_json
 from apcir.llm.settings import redact_urls
 
 
-@dataclass
-class RunReport:
-    """What one invocation of ``apcir run`` did."""
-
-    run_dir: Path
-    outcomes: list[StageOutcome] = field(default_factory=list)
-    llm_requests: int = 0
-    retrieval_calls: int = 0
-    failed_turns: list[str] = field(default_factory=list)
-    failed_windows: list[str] = field(default_factory=list)
-    """Re-ranking requests whose answer could not be used (``turn#window``); asked again by the next run."""
-    unjudged_turns: list[str] = field(default_factory=list)
-    """Turns the response judge could not score (request failed, or answer unusable); asked again by the next run."""
-    metrics: RunMetrics | None = None
-    submission_problems: list[str] = field(default_factory=list)
-
-
-class Experiment:
-    """One experiment: its config, run directory, stage ledger and the context its stages share."""
-
-    def __init__(self, config: ExperimentConfig, console: Console, progress: bool = True):
-        self.config = config
-        self.console = console
-        self.layout = RunLayout(config.run_dir)
-        self.ledger = StageLedger(self.layout.root)
-        self.report = RunReport(self.layout.root)
-        self._backend: Any = None
-        self._index: Path | None = None
-        self._written: dict[Path, Run] = {}
-        self.context = StageContext(self.layout, config.name, progress, self._write_run, self._read_run,
-                                    self._open_backend, self._passage_texts)
-
-    # ---- what the stages share ------------------------------------------------------------------
-    def _write_run(self, run: Run, path: Path, tag: str, depth: int | None = None) -> None:
-        """Written once; handed on to later stages of this process without reading it back."""
-        self._written[path] = write_run(run, path, tag=tag, depth=depth)
-
-    def _read_run(self, path: Path) -> Run:
-        return self._written[path] if path in self._written else load_run(path)
-
-    def _open_backend(self) -> Any:
-        if self._backend is None:
-            from apcir.retrieval.stage import open_backend
-
-            assert self._index is not None
-            self._backend = open_backend(self.config.retrieval, self._index)
-        return self._backend
-
-    def _passage_texts(self) -> Any:
-        from apcir.retrieval.stage import passage_texts_for
-
-        assert self._index is not None
-        return passage_texts_for(self.config.retrieval, self._index)
-
-    def say(self, message: str) -> None:
-        self.console.print(message, highlight=False, soft_wrap=True)
-
-    # ---- running stages ---------------------------------------------------------------------------
-    def run(self, stage: Stage) -> bool:
-        """Run one stage through the ledger (True: it ran; False: reused); an unfinished one resumes next time."""
-        self.say(f"[bold]{stage.name}[/] ...")
-        result: list[Any] = []
-
-        def work() -> str:
-            result.append(stage.run(self.context))
-            return str(result[0].detail)
-
-        outcome = self.ledger.run(stage.name, stage.declared_inputs(), stage.outputs(), work)
-        self.report.outcomes.append(outcome)
-        if result and result[0].unfinished:
-            self.ledger.mark_unfinished(stage.name)
-        state = f"done in {outcome.seconds:.1f}s" if outcome.ran else "reused (inputs unchanged)"
-        detail = f": {outcome.detail}" if outcome.detail and outcome.ran else ""
-        self.say(f"  {stage.name}: {state}{detail}")
-        return outcome.ran
-
-    def reformulate(self, label: str, turns: list[Turn], options: Any, out: Path) -> dict[str, ReformulationRecord]:
-        stage = plan.reformulate(self.config, label, turns, options, out)
-        self.run(stage)
-        return stage.records()
-
-    def index(self) -> Path:
-        """The index (built when missing or out of date; not a ledger stage: the index keeps its own manifest)."""
-        from apcir.retrieval.stage import ensure_index
-
-        self.say("[bold]index[/] ...")
-        started = time.perf_counter()
-        index_dir, message = ensure_index(self.config.retrieval, progress=self.context.progress)
-        seconds = time.perf_counter() - started
-        reused = "up to date" in message or "used as it is" in message
-        self.report.outcomes.append(StageOutcome("index", not reused, seconds, message))
-        self.say(f"  index: {'reused (up to date)' if reused else f'done in {seconds:.1f}s'}: {message}")
-        self._index = index_dir
-        return index_dir
-
-    def tune(self, index: Path, names: list[str]) -> dict[str, WeightsFile]:
-        """The tuning leg: reformulate and retrieve the tuning topics, then tune every tuned system on them."""
-        config, weights = self.config, self.config.fusion.weights
-        if not weights.tune_topics or not weights.tune_qrels:
-            raise ApcirError("fusion.weights.source = 'tune' needs tune_topics and tune_qrels")
-        turns = datasets.topics(weights.tune_topics)
-        refs = self.layout.tune_dir / "reformulations.jsonl"
-        tuner = config.reformulator if not weights.tune_method else config.reformulator.with_method(weights.tune_method)
-        records = self.reformulate("reformulate:tune", turns, tuner, refs)
-        failed = [t.turn_id for t in turns if t.turn_id not in records or records[t.turn_id].status == "failed"]
-        if turns and len(failed) == len(turns):
-            raise ApcirError(f"every one of the {len(turns)} tuning turns ({weights.tune_topics}) failed to "
-                             "reformulate, so there is nothing to tune on: give the tuning leg a reformulator that "
-                             "covers them (fusion.weights.tune_method), or other tune_topics; first error: "
-                             f"{records[failed[0]].error if failed[0] in records else 'no record'}")
-        lists = {name: self.layout.tune_dir / "lists" / path.name for name, path in self.layout.lists().items()}
-        self.run(plan.retrieve(config, "retrieve:tune", index, refs, records, {n: n for n in lists}, lists))
-        stage = plan.tune(config, self.layout, config.fusion.baseline_names(), turns, records, lists)
-        self.run(stage)
-        return {name: load_weights(path) for name, path in stage.outs.items()}
-
-    def given_weights(self, index: Path) -> tuple[dict[str, WeightsFile] | None, list[Path]]:
-        """The weights the fusion applies (None: it tunes them by cross-validation), and their files."""
-        weights = self.config.fusion.weights
-        if weights.source == "tune":
-            given = self.tune(index, self.config.fusion.baseline_names())
-            return given, sorted(self.layout.tune_dir.glob("weights*.json"))
-        if weights.source == "file":
-            if not weights.file:
-                raise ApcirError("fusion.weights.source = 'file' needs fusion.weights.file (a weights.json)")
-            return {PRIMARY: load_weights(weights.file)}, [Path(weights.file)]
-        return None, []
+class Experiment(StageRunner):
+    """One experiment: the stages of ``apcir run`` over every turn, through the stage ledger
+    (:class:`~apcir.experiment.runner.StageRunner`)."""
 
     def rerank(self, index: Path, records: dict[str, ReformulationRecord],
                manual_records: dict[str, ReformulationRecord]) -> tuple[dict[str, tuple[str, str]], Path | None]:
@@ -263,8 +135,8 @@ def _run(exp: Experiment) -> RunReport:
     if config.fusion.levels == ANNOTATORS:
         write_levels(annotator_levels(turns), layout.annotator_levels)
 
-    given, weights_files = exp.given_weights(index)
-    exp.run(plan.fuse(config, layout, index, turns, records, weights_files, given))
+    weights = resolve_weights(exp, lambda: index)
+    exp.run(plan.fuse(config, layout, index, turns, records, weights.files, weights.given))
     reranked, reranked_fused = exp.rerank(index, records, manual_records) if config.rerank else ({}, None)
     final_run = reranked_fused or layout.fused  # what the responses cite and the submission holds
     exp.run(plan.ptkb(config, layout, turns, records))

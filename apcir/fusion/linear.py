@@ -118,11 +118,13 @@ def fuse_per_turn(
     norm: str = "minmax",
     depth: int = 1000,
     strict: bool = False,
+    alignment: RunAlignment | None = None,
 ) -> Run:
-    """Fuse every turn that has a weight vector; a turn with no candidates gets an empty ranking."""
+    """Fuse every turn that has a weight vector; a turn with no candidates gets an empty ranking. ``alignment``:
+    the runs' :func:`align_runs`, when the caller has it already."""
     check_norm(norm)
     _check_depth(depth)
-    alignment = align_runs(runs, strict=strict)
+    alignment = alignment or align_runs(runs, strict=strict)
     missing = [t for t in alignment.turns if t not in turn_weights]
     if missing:
         listed = shown(missing)
@@ -183,7 +185,7 @@ def fuse_linear(
             f"{len(no_level)} turn(s) of the runs have no level: {listed} (add them to the levels file, "
             "or give them one with --missing-level)"
         )
-    return fuse_per_turn(runs, turn_weights, norm=norm, depth=depth)
+    return fuse_per_turn(runs, turn_weights, norm=norm, depth=depth, alignment=alignment)
 
 
 def _check_depth(depth: int) -> None:

@@ -21,16 +21,8 @@ from typing import Any
 
 from pydantic import Field
 
-from apcir.console import shown, warn
 from apcir.contract.records import Turn
-from apcir.contract.reformulations import (
-    LEVELS,
-    ReformulationRecord,
-    load_reformulations,
-    reformulation_statements,
-    warn_unknown_statements,
-    with_fallbacks,
-)
+from apcir.contract.reformulations import LEVELS, ReformulationRecord, filled_records, load_reformulations
 from apcir.contract.stage import Stage, StageContext, StageResult, an_output
 from apcir.errors import ApcirError
 from apcir.io import RecordAppender
@@ -153,12 +145,6 @@ class ReformulateStage(Stage):
                            f"{summary.cache_hits} cache hits", unfinished=bool(summary.failed_turns))
 
     def records(self) -> dict[str, ReformulationRecord]:
-        """Records for every turn, after the stage ran: failed or missing ones searched with their utterance at
-        level a (said in a warning), statement ids the profile lacks warned about."""
-        records = with_fallbacks(load_reformulations(self.out), self.turns)
-        warn_unknown_statements(self.turns, reformulation_statements(records), f"{self.label} ({self.out.name})")
-        fallen = sorted(t for t, r in records.items() if r.status == "failed")
-        if fallen:
-            warn(f"{len(fallen)} turn(s) have no reformulation ({self.label}) and are searched with their raw "
-                 f"utterance at level a: {shown(fallen)}")
-        return records
+        """Records for every turn, after the stage ran (:func:`~apcir.contract.reformulations.filled_records`, as
+        :meth:`apcir.reformulation.core.Reformulation.records` gives them)."""
+        return filled_records(load_reformulations(self.out), self.turns, self.label, f"{self.label} ({self.out.name})")

@@ -23,7 +23,7 @@ in the file is always the order intended.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,9 +130,11 @@ def rerank_run(
     settings: RerankSettings,
     *,
     reranker: Reranker | None = None,
+    load: Callable[[], Reranker] | None = None,
     progress: bool = True,
 ) -> tuple[Run, RerankSummary]:
-    """The re-ranked run (see the module doc) and what was done."""
+    """The re-ranked run (see the module doc) and what was done. The re-ranker: ``reranker``, else ``load()``'s,
+    else the settings' loaded here (after the run and its texts were checked)."""
     started = time.perf_counter()
     check_depth(run, settings.depth)
     summary = RerankSummary(reranker=settings.reranker, model=settings.model_name, depth=settings.depth,
@@ -167,7 +169,7 @@ def rerank_run(
     if summary.turns_without_query:
         listed = shown(summary.turns_without_query)
         warn(f"{len(summary.turns_without_query)} turn(s) of the run have no query and keep their order: {listed}")
-    reranker = reranker or load_reranker(settings)
+    reranker = reranker or (load or (lambda: load_reranker(settings)))()
     ranked, stats = reranker.rank(candidates, progress=progress)
     _add_stats(summary, stats)
     out: Run = {}

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from apcir.console import shown, warn
 from apcir.contract.records import Turn
 from apcir.contract.reformulations import ReformulationRecord
 from apcir.contract.responses import ResponseRecord
@@ -78,6 +77,15 @@ def respond(
         is_done=lambda job, record: record.status == "ok" and record.responder == settings.responder
         and record.passages == job.passage_ids,
         refresh=refresh, also_refresh=[_trace_path(out)], progress=progress, redo_stale=redo_stale)
+
+
+def warn_unanswered(summary: RespondSummary) -> None:
+    """Say which turns have no response (the same words from every front door)."""
+    from apcir.console import shown, warn
+
+    if summary.failed_turns:
+        warn(f"{len(summary.failed_turns)} turn(s) have no response (their records keep the error and the raw "
+             f"answer; the submission falls back to the pseudo-response): {shown(summary.failed_turns)}")
 
 
 def _trace_path(out: Path) -> Path:
@@ -154,11 +162,9 @@ class RespondStage(Stage):
         texts = store.texts(needed_passages(run, self.turns, top_k)) if store is not None else {}
         jobs = build_jobs(self.turns, self.records, run, texts, load_ptkb_run(self.ptkb, self.turns), top_k)
         summary = respond(jobs, self.settings, self.out, progress=context.progress, redo_stale=True)
+        warn_unanswered(summary)
         context.counts.llm_requests += summary.requests
         context.counts.failed_turns.extend(summary.failed_turns)
-        if summary.failed_turns:
-            warn(f"{len(summary.failed_turns)} turn(s) have no response (their records keep the error and the raw "
-                 f"answer; the submission falls back to the pseudo-response): {shown(summary.failed_turns)}")
         return StageResult(f"{summary.ok} responses ok, {summary.failed} failed ({summary.responder}), "
                            f"{summary.requests} LLM requests, {summary.cache_hits} cache hits",
                            unfinished=bool(summary.failed_turns))

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from pathlib import Path
@@ -17,12 +17,11 @@ import scipy.sparse as sp
 from apcir.console import shown, warn
 from apcir.contract.layout import RunLayout
 from apcir.contract.records import Run
-from apcir.contract.reformulations import QueryInput, ReformulationRecord
-from apcir.contract.runs import write_run
+from apcir.contract.reformulations import ReformulationRecord
 from apcir.contract.stage import Stage, StageContext, StageResult, an_output, not_an_input
 from apcir.errors import ApcirError
 from apcir.io import atomic_write
-from apcir.retrieval.backends import Backend, VectorBackend, can_encode, locate, open_index
+from apcir.retrieval.backends import Backend, VectorBackend, locate, open_index
 from apcir.retrieval.location import is_milvus
 from apcir.retrieval.manifest import is_foreign_lucene
 from apcir.retrieval.settings import RetrievalSettings
@@ -81,54 +80,6 @@ def resolved_dtype(settings: RetrievalSettings) -> str | None:
     return resolve_dtype(settings.dtype, default_device())
 
 
-def list_queries(records: Mapping[str, ReformulationRecord], field: str) -> dict[str, QueryInput]:
-    """The retrieval input ``field`` (rewrite, rewrite_response, third) of every record that has an output."""
-    return {turn: record.list_inputs()[field] for turn, record in records.items() if record.output is not None}
-
-
-def retrieve_lists(
-    backend: Backend,
-    queries: Mapping[str, Mapping[str, QueryInput]],
-    outs: Mapping[str, Path],
-    tags: Mapping[str, str],
-    *,
-    k: int,
-    progress: bool = True,
-    save_vectors: Mapping[str, Path] | None = None,
-    write: Callable[[Run, Path, str, int], None] | None = None,
-) -> dict[str, Run]:
-    """Search every field's queries (``{field: {turn: input}}``), write ``outs[field]`` with run tag ``tags[field]``.
-
-    The index and its encoder are loaded once for all fields. A SPLADE backend
-    encodes each field's queries once; ``save_vectors[field]`` keeps those query
-    vectors (for the baselines that compare a query with passages). Returns the runs by field.
-    """
-    runs: dict[str, Run] = {}
-    for field, field_queries in queries.items():
-        empty = sorted(turn for turn, query in field_queries.items() if not _text_of(query).strip())
-        if empty:
-            listed = shown(empty)
-            warn(f"{field}: {len(empty)} turn(s) have an empty query and get no passages: {listed}")
-        asked = {turn: query for turn, query in field_queries.items() if turn not in set(empty)}
-        if not asked:
-            runs[field] = {}
-        elif isinstance(backend, VectorBackend) and can_encode(backend):
-            turn_ids = list(asked)
-            encoder: Any = backend.encoder
-            matrix = encoder.encode_queries([asked[t] for t in turn_ids], progress=progress)
-            if save_vectors and field in save_vectors:
-                save_query_vectors(save_vectors[field], turn_ids, matrix)
-            runs[field] = backend.search_vectors(turn_ids, matrix, k, progress=progress)
-        else:
-            runs[field] = backend.search(asked, k, progress=progress)
-        runs[field].update({turn: {} for turn in empty})
-        if write is not None:
-            write(runs[field], outs[field], tags[field], k)
-        else:
-            write_run(runs[field], outs[field], tag=tags[field], depth=k)
-    return runs
-
-
 def save_query_vectors(path: Path, turn_ids: list[str], matrix: sp.csr_matrix) -> None:
     """Query vectors of one list (turn ids and a CSR matrix) as an ``.npz``."""
     matrix = sp.csr_matrix(matrix, dtype=np.float32)
@@ -146,10 +97,6 @@ def load_query_vectors(path: Path) -> dict[str, sp.csr_matrix]:
     except (OSError, ValueError, KeyError) as exc:
         raise ApcirError(f"unreadable query vectors ({exc})", path=path) from None
     return {turn: matrix[row] for row, turn in enumerate(turns)}
-
-
-def _text_of(query: QueryInput) -> str:
-    return query if isinstance(query, str) else f"{query[0]} {query[1] or ''}"
 
 
 class PassageTexts(Protocol):
@@ -303,10 +250,15 @@ class RetrieveStage(Stage):
         return [*self.outs.values(), *self.vectors().values()]
 
     def run(self, context: StageContext) -> StageResult:
+        from apcir.retrieval.core import ListRetrieval, list_queries
+
         queries = {key: list_queries(self.records, field) for key, field in self.fields.items()}
-        tags = {key: f"{self.experiment}-{key}" for key in self.fields}
-        retrieve_lists(context.backend(), queries, self.outs, tags, k=self.k, progress=context.progress,
-                       save_vectors=self.vectors(), write=context.write_run)
+        runs, vectors = ListRetrieval(context.backend(), self.k, context.progress).search_keeping_vectors(queries)
+        keep = self.vectors()
+        for key, run in runs.items():
+            context.write_run(run, self.outs[key], f"{self.experiment}-{key}", self.k)
+            if key in keep and key in vectors:
+                save_query_vectors(keep[key], *vectors[key])
         count = sum(len(q) for q in queries.values())
         context.counts.retrieval_calls += count
         return StageResult(f"{count} queries")

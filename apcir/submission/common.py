@@ -41,7 +41,8 @@ from apcir.contract.responses import CITATION, ResponseRecord, cited_numbers
 from apcir.contract.runs import ranking
 from apcir.errors import ApcirError
 from apcir.ids import canonical_turn_id
-from apcir.responses.ptkb import PtkbRanking, bm25_similarity, rank_statements, statements_used
+from apcir.responses.core import StatementRanking
+from apcir.responses.ptkb import PtkbRanking, statements_used
 from apcir.responses.text import count_words, cut_to_words
 
 CLUEWEB_ID = re.compile(r"^clueweb22-en\d{4}-\d{2}-\d{5}:\d+$")
@@ -157,7 +158,7 @@ def ptkb_ranking(inputs: SubmissionInputs) -> PtkbRanking:
     ranked: PtkbRanking = dict(inputs.ptkb or {})
     missing = [t for t in inputs.turns if t.turn_id not in ranked and t.ptkb]
     if missing:
-        ranked.update(rank_statements(missing, inputs.reformulations, bm25_similarity()))
+        ranked.update(StatementRanking()(missing, inputs.reformulations))
     return ranked
 
 

@@ -18,7 +18,8 @@ from apcir.retrieval import build_index, index_status, open_index
 from apcir.retrieval.embedded import array_path, load_embedded, search_matrix
 from apcir.retrieval.encoder import SpladeEncoder
 from apcir.retrieval.lucene import QUANTIZATION_SCALE, quantize
-from apcir.retrieval.stage import retrieve_lists
+from apcir.contract.runs import write_run
+from apcir.retrieval.core import ListRetrieval
 
 
 @pytest.fixture(scope="module")
@@ -148,8 +149,8 @@ def test_sharded_and_resumed_builds_equal_a_plain_build(tmp_path, small_collecti
     runs = {}
     for name, index in (("plain", plain), ("sharded", sharded)):
         runs[name] = tmp_path / f"{name}.run"
-        retrieve_lists(open_index(index, encoder), {"run": queries}, {"run": runs[name]}, {"run": "t"}, k=20,
-                       progress=False)
+        run = ListRetrieval(open_index(index, encoder), 20).search({"run": queries})["run"]
+        write_run(run, runs[name], tag="t", depth=20)
     assert runs["plain"].read_bytes() == runs["sharded"].read_bytes()
 
 

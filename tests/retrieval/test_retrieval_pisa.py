@@ -28,7 +28,7 @@ from apcir.retrieval import build_index, open_index
 from apcir.retrieval.embedded import load_embedded
 from apcir.retrieval.encoder import SpladeEncoder
 from apcir.retrieval.pisa import PISA_DIR, RUNS
-from apcir.retrieval.stage import list_queries
+from apcir.retrieval.core import list_queries
 from apcir.retrieval.vectors import quantize
 
 
