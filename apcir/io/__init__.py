@@ -34,12 +34,13 @@ from apcir.io.read import (
     read_json,
     read_text,
 )
-from apcir.io.records import RecordAppender, read_record_log
+from apcir.io.records import RecordAppender, RecordLog, read_record_log
 from apcir.io.write import atomic_write, remove_stale_temporaries, timestamp, write_json, write_jsonl, write_text
 
 __all__ = [
     "NAME_MAX",
     "RecordAppender",
+    "RecordLog",
     "atomic_write",
     "check_unicode",
     "check_writable",

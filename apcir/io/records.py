@@ -1,8 +1,13 @@
-"""Resumable record logs: one JSON record per line, appended as each item finishes, read back by a resumed job."""
+"""Resumable record logs: one JSON record per line, appended as each item finishes, read back by a resumed job.
+
+:func:`read_record_log` reads a log; :class:`RecordLog` keeps an open one indexed in memory (read at most once,
+kept up to date with what is appended), so a job that appends one turn at a time (a live run) reads no earlier
+record from disk again; :class:`RecordAppender` appends.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Generic, TypeVar
 
@@ -61,13 +66,91 @@ def read_record_log(path: Path, model: type[R], what: str) -> dict[str, R]:
     return records
 
 
-class RecordAppender(Generic[R]):
-    """Appends records to an open log, one line each, flushed at once (a crash loses at most the line being written)."""
+_FileState = tuple[int, int, int, int]
 
-    def __init__(self, handle: IO[str], advance: Callable[[int], None], start: Callable[[], None] | None = None):
+
+def _file_state(path: Path) -> _FileState | None:
+    """What tells whether a log changed on disk without reading it (None: absent or empty, i.e. no record)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns) if stat.st_size else None
+
+
+class RecordLog(Generic[R]):
+    """An open record log ``path`` of ``model`` records, indexed by turn id in memory.
+
+    The file is read (:func:`read_record_log`, which refuses a file that is no such log) once, on first use;
+    then :meth:`add` puts each record appended to the file into the index (a later record replaces an earlier
+    one, as in the file) and :meth:`clear` empties it when the file is started over. Held across the calls of a
+    resumable batch (:func:`apcir.llm.batch.run_batch`'s ``log``), a call reads no earlier record from disk.
+
+    The index follows only what goes through it: a log changed on disk by someone else (another command, an
+    editor) is noticed from its size and modification time (:meth:`current`), and read again."""
+
+    def __init__(self, path: Path, model: type[R], what: str):
+        self.path = Path(path)
+        self.model = model
+        self.what = what
+        self._records: dict[str, R] | None = None
+        self._state: _FileState | None = None
+        """The file as the index last saw it (:func:`_file_state`)."""
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the file was read (or started over) since the log was made."""
+        return self._records is not None
+
+    def current(self) -> dict[str, R]:
+        """The index (by turn id; the log's own dict: do not change it), read from the file on first use, or again
+        when the file changed on disk since the index last saw it (an empty or absent file: no record, not read)."""
+        state = _file_state(self.path)
+        if self._records is None or state != self._state:
+            self._records = read_record_log(self.path, self.model, self.what) if state is not None else {}
+            self._state = _file_state(self.path)  # reading may have cut a torn last line or added a newline
+        return self._records
+
+    def records(self, ids: Iterable[str]) -> dict[str, R]:
+        """The records of the turns ``ids`` that have one, in the order of ``ids``, from memory (the file is read
+        only on first use: :meth:`current`)."""
+        records = self._records if self._records is not None else self.current()
+        return {turn_id: records[turn_id] for turn_id in ids if turn_id in records}
+
+    def all(self) -> dict[str, R]:
+        """Every record (a copy of the index), from memory after first use."""
+        return dict(self._records if self._records is not None else self.current())
+
+    def add(self, record: R) -> None:
+        """``record`` was just appended to the file (written and flushed): index it. Before the file was read, the
+        index has nothing to keep up to date (the first use reads the record with the others)."""
+        if self._records is not None:
+            self._records[getattr(record, "turn_id")] = record  # noqa: B009 - every log record has a turn id
+            self._state = _file_state(self.path)
+
+    def clear(self) -> None:
+        """The file was started over (removed or emptied): so is the index."""
+        self._records = {}
+        self._state = _file_state(self.path)
+
+    def __len__(self) -> int:
+        return len(self._records if self._records is not None else self.current())
+
+    def __repr__(self) -> str:
+        size = "not read" if self._records is None else f"{len(self._records)} records"
+        return f"RecordLog({str(self.path)!r}, {self.model.__name__}, {size})"
+
+
+class RecordAppender(Generic[R]):
+    """Appends records to an open log, one line each, flushed at once (a crash loses at most the line being written);
+    each record written is also put into ``log`` (:meth:`RecordLog.add`) when one is given."""
+
+    def __init__(self, handle: IO[str], advance: Callable[[int], None], start: Callable[[], None] | None = None,
+                 log: RecordLog[R] | None = None):
         self.handle = handle
         self.advance = advance
         self.start = start
+        self.log = log
         self.records: list[R] = []
 
     def __call__(self, record: R) -> None:
@@ -75,5 +158,7 @@ class RecordAppender(Generic[R]):
             self.start()  # once, before the first record of this call
         self.handle.write(record.model_dump_json() + "\n")
         self.handle.flush()
+        if self.log is not None:
+            self.log.add(record)
         self.records.append(record)
         self.advance(1)

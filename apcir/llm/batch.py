@@ -2,7 +2,8 @@
 
 The record log is appended to as each item finishes (:class:`apcir.io.RecordAppender`), under a progress bar;
 at the end, finished or not, a summary of what this call did is written beside the log as
-``<out stem>.summary.json``.
+``<out stem>.summary.json``. A caller that runs the batch again and again on the same log (a live run, one turn
+a call) holds it open as a :class:`apcir.io.RecordLog`: its records are then read from disk once, not at every call.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from apcir.console import progress as progress_bar
 from apcir.errors import ApcirError
-from apcir.io import RecordAppender, exclusive, read_record_log, write_json
+from apcir.io import RecordAppender, RecordLog, exclusive, write_json
 from apcir.llm.accounting import Accounting, ModelUsage
 from apcir.llm.settings import LLM_FIELDS, LLMSettings, refuse_unused
 from apcir.options import EntrySettings, Options
@@ -55,8 +56,9 @@ def summary_path_for(out: Path) -> Path:
 
 @contextmanager
 def appending(out: Path, what: str, description: str, total: int, progress: bool,
-              settings: dict[str, Any] | None = None) -> Iterator[RecordAppender[Any]]:
-    """A :class:`RecordAppender` on ``out`` (opened for appending; folders made) under a progress bar of ``total``.
+              settings: dict[str, Any] | None = None, log: RecordLog[Any] | None = None) -> Iterator[RecordAppender[Any]]:
+    """A :class:`RecordAppender` on ``out`` (opened for appending; folders made) under a progress bar of ``total``,
+    which puts every record it writes into ``log`` too (when given: ``out`` held open, :class:`RecordLog`).
 
     ``settings`` (those that shape the records) are written into the summary beside ``out`` just before the first
     record, so a resume can check them (:func:`check_resume`). A call that writes no record leaves no new file: an
@@ -78,7 +80,7 @@ def appending(out: Path, what: str, description: str, total: int, progress: bool
     writer: RecordAppender[Any] | None = None
     try:
         with handle, progress_bar(description, total, enabled=progress) as advance:
-            writer = RecordAppender(handle, advance, start)
+            writer = RecordAppender(handle, advance, start, log)
             yield writer
     finally:
         if not existed and (writer is None or not writer.records) and out.exists() and out.stat().st_size == 0:
@@ -99,14 +101,16 @@ def batch_counts(writer: RecordAppender[Any], accounting: Accounting, started: f
     }
 
 
-def check_resume(out: Path, settings: dict[str, Any], what: str, *, redo: bool = False) -> None:
+def check_resume(out: Path, settings: dict[str, Any], what: str, *, redo: bool = False) -> bool:
     """Make sure the records already in ``out`` were made with ``settings`` (the ones that shape them; the
     summary records them before the first record, see :func:`appending`).
 
     Records made with other settings are never mixed with new ones: the call stops with
     :class:`~apcir.errors.StaleOutput` (exit 1) naming every setting that changed, or, with ``redo``
     (``apcir run``, whose stage fingerprint already decided to redo the stage), ``out`` is started over.
-    An output whose summary predates this record is resumed with a warning (its settings are unknown)."""
+    An output whose summary predates this record is resumed with a warning (its settings are unknown).
+
+    Returns whether ``out`` was started over (removed: stale under ``redo``)."""
     import json
 
     from apcir.console import warn
@@ -136,6 +140,8 @@ def check_resume(out: Path, settings: dict[str, Any], what: str, *, redo: bool =
                               "them, or choose another --out", path=out)
         warn(f"{out}: settings changed ({changed}); its {what} are redone")
         out.unlink()
+        return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -253,6 +259,7 @@ def run_batch(
     also_refresh: Sequence[Path] = (),
     progress: bool = True,
     redo_stale: bool = False,
+    log: RecordLog[Record] | None = None,
 ) -> Summary:
     """Make a record of every item (by its turn id, ``key``) into the log ``out``, resumably, and summarise.
 
@@ -264,10 +271,19 @@ def run_batch(
     the summary is written beside ``out``: ``summarise(batch, fields)`` makes it from the fields every
     :class:`BatchSummary` has (``fields``) plus the stage's own; a call that wrote nothing leaves no summary behind.
 
+    ``log``: ``out`` held open by the caller across calls (a :class:`~apcir.io.RecordLog` of ``record`` on ``out``):
+    its records are read from the file on its first use only, each record appended is put into it, and it is
+    emptied when ``out`` is started over (``refresh``, or stale under ``redo_stale``). Without it, the file is read
+    once in the call.
+
     Raises :class:`ApcirError` for user errors and :class:`~apcir.llm.client.LLMFatalError` (a subclass) when the
     server refuses the key or the model; records finished before that stay in ``out``.
     """
     out = Path(out)
+    if log is None:
+        log = RecordLog(out, record, what)
+    elif log.path.absolute() != out.absolute() or log.model is not record:
+        raise ValueError(f"run_batch: the log given is {log!r}, not one of {record.__name__} records on {out}")
     with exclusive(out.parent / f".{out.name}.lock", f"{what} file {out}", guards=out):
         started = time.perf_counter()
         unique: dict[str, Item] = {}
@@ -276,20 +292,22 @@ def run_batch(
         if refresh and out.exists():
             out.unlink()
         if refresh:
+            log.clear()
             for path in also_refresh:
                 path.unlink(missing_ok=True)
-        existing = read_record_log(out, record, what)  # a file that is no such log is refused before its summary
+        existing = log.current()  # a file that is no such log is refused before its summary
         if check_existing is not None:
             check_existing(existing)
-        check_resume(out, settings, what, redo=redo_stale)
-        existing = read_record_log(out, record, what)
+        if check_resume(out, settings, what, redo=redo_stale):
+            log.clear()
+        existing = dict(log.current())  # as it was before this call (the log's own grows as records are appended)
         done = {k for k, item in unique.items() if k in existing and is_done(item, existing[k])}
         pending = [item for k, item in unique.items() if k not in done]
         counting = accounting()
         snapshot = config()
         final_mode: str | None = None
         try:
-            with appending(out, what, description, len(pending), progress, settings=settings) as writer:
+            with appending(out, what, description, len(pending), progress, settings=settings, log=log) as writer:
                 try:
                     if pending:
                         final_mode = produce(pending, writer, counting)

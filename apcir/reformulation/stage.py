@@ -25,7 +25,7 @@ from apcir.contract.records import Turn
 from apcir.contract.reformulations import LEVELS, ReformulationRecord, filled_records, load_reformulations
 from apcir.contract.stage import Stage, StageContext, StageResult, an_output
 from apcir.errors import ApcirError
-from apcir.io import RecordAppender
+from apcir.io import RecordAppender, RecordLog
 from apcir.llm.accounting import Accounting
 from apcir.llm.batch import Batch, BatchSummary, run_batch
 from apcir.reformulation.settings import ReformulatorOptions
@@ -60,11 +60,13 @@ def reformulate(
     refresh: bool = False,
     progress: bool = True,
     redo_stale: bool = False,
+    log: RecordLog[ReformulationRecord] | None = None,
 ) -> ReformulateSummary:
     """Reformulate ``turns`` as ``options.method`` says into ``out``: a resumable batch (:func:`run_batch`, which says
     what it raises; see also the module docstring). A file of another method's records is refused; what the
     reformulator's settings lack (``file:PATH``'s file) fails before any output exists, when the settings that shape
-    the records are read."""
+    the records are read. ``log``: ``out`` held open across calls (:class:`~apcir.io.RecordLog`), so that a call
+    reads none of its records from disk again."""
     out = Path(out)
     spec = options.entry()
 
@@ -86,7 +88,7 @@ def reformulate(
         accounting=options.accounting, config=lambda: options.config_snapshot({"llm": options.method,
                                                                                "versions": _versions()}, refresh),
         produce=produce, summarise=lambda batch, fields: _summary(options.method, batch, fields),
-        check_existing=check_existing, refresh=refresh, progress=progress, redo_stale=redo_stale)
+        check_existing=check_existing, refresh=refresh, progress=progress, redo_stale=redo_stale, log=log)
 
 
 def _versions() -> dict[str, str]:

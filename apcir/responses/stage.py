@@ -26,7 +26,7 @@ from apcir.contract.records import Turn
 from apcir.contract.reformulations import ReformulationRecord
 from apcir.contract.responses import ResponseRecord
 from apcir.contract.stage import Stage, StageContext, StageResult, an_output, not_an_input
-from apcir.io import RecordAppender
+from apcir.io import RecordAppender, RecordLog
 from apcir.llm.accounting import Accounting
 from apcir.llm.batch import BatchSummary, run_batch
 from apcir.responses.job import ResponseJob
@@ -58,9 +58,12 @@ def respond(
     refresh: bool = False,
     progress: bool = True,
     redo_stale: bool = False,
+    log: RecordLog[ResponseRecord] | None = None,
 ) -> RespondSummary:
     """Answer every job as ``settings.responder`` says into ``out``: a resumable batch (:func:`run_batch`, which says
-    what it raises; see also the module docstring). A turn's record is kept only for the same passages."""
+    what it raises; see also the module docstring). A turn's record is kept only for the same passages. ``log``:
+    ``out`` held open across calls (:class:`~apcir.io.RecordLog`), so that a call reads none of its records from disk
+    again."""
     out = Path(out)
     spec = settings.entry()
 
@@ -76,7 +79,7 @@ def respond(
         produce=produce, summarise=lambda batch, fields: RespondSummary(responder=settings.responder, **fields),
         is_done=lambda job, record: record.status == "ok" and record.responder == settings.responder
         and record.passages == job.passage_ids,
-        refresh=refresh, also_refresh=[_trace_path(out)], progress=progress, redo_stale=redo_stale)
+        refresh=refresh, also_refresh=[_trace_path(out)], progress=progress, redo_stale=redo_stale, log=log)
 
 
 def warn_unanswered(summary: RespondSummary) -> None:
