@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import builtins
 import os
+import pathlib
 import threading
+from collections import Counter
 from pathlib import Path
 
 import file_order
@@ -21,6 +24,31 @@ for _name in ("COLUMNS", "LINES"):
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("APCIR_THREADS", "1")
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # torch's default, here and in the commands the tests start
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """How many times each file (by absolute path) is opened for reading, by ``Path.open`` (``read_bytes``,
+    ``read_text``) or ``open``."""
+    counted: Counter[Path] = Counter()
+    path_open, plain_open = pathlib.Path.open, builtins.open
+
+    def reading(mode: str) -> bool:
+        return "r" in mode and "+" not in mode
+
+    def counting_path_open(self, mode="r", *args, **kwargs):
+        if reading(mode):
+            counted[Path(self).absolute()] += 1
+        return path_open(self, mode, *args, **kwargs)
+
+    def counting_open(file, mode="r", *args, **kwargs):
+        if isinstance(file, (str, os.PathLike)) and reading(mode):
+            counted[Path(file).absolute()] += 1
+        return plain_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "open", counting_path_open)
+    monkeypatch.setattr(builtins, "open", counting_open)
+    return lambda path: counted[Path(path).absolute()]
 
 
 @pytest.fixture

@@ -12,11 +12,12 @@ searched with its utterance at level a, and says so in the same warnings everywh
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from apcir.contract.records import Turn
-from apcir.contract.reformulations import ReformulationRecord, filled_records, load_reformulations
+from apcir.contract.reformulations import ReformulationRecord, filled_records
+from apcir.io import RecordLog
 from apcir.reformulation.settings import ReformulatorOptions
 from apcir.reformulation.stage import ReformulateSummary
 
@@ -31,18 +32,22 @@ class Reformulation:
     redo_stale: bool = False
     progress: bool = False
     label: str = "reformulate"
+    log: RecordLog[ReformulationRecord] = field(init=False, repr=False)
+    """The log indexed in memory: read from disk once, so a live turn reads no earlier record again."""
+
+    def __post_init__(self) -> None:
+        self.log = RecordLog(self.out, ReformulationRecord, "reformulations")
 
     def make(self, turns: Sequence[Turn], *, refresh: bool = False) -> ReformulateSummary:
         """The records of ``turns`` made (those not already in the log), and what was done."""
         from apcir.reformulation.stage import reformulate
 
         return reformulate(list(turns), self.options, self.out, refresh=refresh, progress=self.progress,
-                           redo_stale=self.redo_stale)
+                           redo_stale=self.redo_stale, log=self.log)
 
     def records(self, turns: Sequence[Turn]) -> dict[str, ReformulationRecord]:
         """The log's records of ``turns``, every turn given one (:func:`filled_records`)."""
-        wanted = {t.turn_id for t in turns}
-        kept = {k: v for k, v in load_reformulations(self.out).items() if k in wanted}
+        kept = self.log.records(t.turn_id for t in turns)
         return filled_records(kept, turns, self.label, f"{self.label} ({self.out.name})")
 
     def __call__(self, turns: Sequence[Turn]) -> dict[str, ReformulationRecord]:

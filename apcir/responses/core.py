@@ -17,7 +17,8 @@ from pathlib import Path
 
 from apcir.contract.records import Run, Turn
 from apcir.contract.reformulations import ReformulationRecord
-from apcir.contract.responses import ResponseRecord, load_responses
+from apcir.contract.responses import ResponseRecord
+from apcir.io import RecordLog
 from apcir.responses.job import ResponseJob
 from apcir.responses.ptkb import PtkbRanking, SimilaritySpec, bm25_similarity
 from apcir.responses.settings import RespondSettings
@@ -66,6 +67,11 @@ class Responding:
     texts: Texts = no_texts
     redo_stale: bool = False
     progress: bool = False
+    log: RecordLog[ResponseRecord] = field(init=False, repr=False)
+    """The log indexed in memory: read from disk once, so a live turn reads no earlier record again."""
+
+    def __post_init__(self) -> None:
+        self.log = RecordLog(self.out, ResponseRecord, "responses")
 
     @property
     def offline(self) -> bool:
@@ -88,7 +94,7 @@ class Responding:
         from apcir.responses.stage import respond
 
         return respond(jobs, self.settings, self.out, refresh=refresh, progress=self.progress,
-                       redo_stale=self.redo_stale)
+                       redo_stale=self.redo_stale, log=self.log)
 
     def answer(self, jobs: list[ResponseJob]) -> RespondSummary:
         """:meth:`make`, saying which turns have no response."""
@@ -102,8 +108,7 @@ class Responding:
                  ranked: PtkbRanking | None = None) -> dict[str, ResponseRecord]:
         chosen = list(turns)
         self.answer(self.jobs(chosen, records, run, ranked))
-        wanted = {t.turn_id for t in chosen}
-        return {k: v for k, v in load_responses(self.out).items() if k in wanted}
+        return self.log.records(t.turn_id for t in chosen)
 
     def extractive(self, out: Path) -> Responding:
         """The extractive responder with the same passages and budget: what answers when a model cannot in time."""

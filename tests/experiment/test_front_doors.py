@@ -136,3 +136,21 @@ def test_a_turn_budget_skips_the_reranker_and_the_answer_says_so(doors, tmp_path
     top = [p for p, _ in ranking(full.ranking, 5)]
     assert sorted(top) == sorted(p for p, _ in ranking(skipped.ranking, 5))  # the same five, re-ordered or not
     assert "rerank" not in skipped.seconds and "rerank" in full.seconds
+
+
+def test_a_live_turn_reads_no_earlier_record_from_disk(doors, tmp_path, reads):
+    """The per-turn pipeline keeps its reformulation and response logs indexed in memory: answering the turns one
+    at a time (as ``apcir converse`` does) reads neither log from disk again, whatever came before."""
+    from apcir.experiment.config import load_config
+    from apcir.experiment.turns import open_turn_pipeline
+
+    _, config, turns = doors
+    first = open_turn_pipeline(load_config(config), tmp_path)
+    first.answer(turns[:1])  # a log with a record in it, then a new pipeline over the same folder
+    pipeline = open_turn_pipeline(load_config(config), tmp_path)
+    answers = {}
+    for turn in turns:
+        answers.update(pipeline.answer([turn]))
+    assert set(answers) == {t.turn_id for t in turns} and all(a.response is not None for a in answers.values())
+    assert reads(tmp_path / "reformulations.jsonl") == 1  # the one record written before: read once in all
+    assert reads(tmp_path / "responses.jsonl") == 1

@@ -3,12 +3,6 @@ no earlier record from disk again (issue 51)."""
 
 from __future__ import annotations
 
-import builtins
-import os
-import pathlib
-from collections import Counter
-from pathlib import Path
-
 import pytest
 
 from apcir import datasets
@@ -26,31 +20,6 @@ from apcir.responses.stage import respond
 
 TURNS = [t for t in datasets.topics("ikat23-test") if t.conversation_id == "10-1"]
 HEURISTIC = ReformulatorOptions(llm="heuristic")
-
-
-@pytest.fixture
-def reads(monkeypatch):
-    """How many times each file (by absolute path) is opened for reading, by ``Path.open`` (``read_bytes``,
-    ``read_text``) or ``open``."""
-    counted: Counter[Path] = Counter()
-    path_open, plain_open = pathlib.Path.open, builtins.open
-
-    def reading(mode: str) -> bool:
-        return "r" in mode and "+" not in mode
-
-    def counting_path_open(self, mode="r", *args, **kwargs):
-        if reading(mode):
-            counted[Path(self).absolute()] += 1
-        return path_open(self, mode, *args, **kwargs)
-
-    def counting_open(file, mode="r", *args, **kwargs):
-        if isinstance(file, (str, os.PathLike)) and reading(mode):
-            counted[Path(file).absolute()] += 1
-        return plain_open(file, mode, *args, **kwargs)
-
-    monkeypatch.setattr(pathlib.Path, "open", counting_path_open)
-    monkeypatch.setattr(builtins, "open", counting_open)
-    return lambda path: counted[Path(path).absolute()]
 
 
 def without_timing(records):
