@@ -24,7 +24,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, InitErrorDetails
 
 from apcir.errors import ApcirError
-from apcir.registry import Registry, load_ref
+from apcir.registry import Registry, load_ref, syntax_of
 
 
 class Options(BaseModel):
@@ -50,11 +50,21 @@ class OptionField:
     entries: tuple[str, ...]
     """The entries that read it, in registry order."""
     field: FieldInfo
+    spelt: tuple[str, ...] = ()
+    """The entries as a user names them (``MODEL``, ``pathways:MODEL``, ``file:PATH``; else the name), in the same
+    order."""
 
     @property
     def help(self) -> str:
-        """``monot5, cross-encoder: pairs per forward pass``."""
-        return f"{', '.join(self.entries)}: {self.field.description or ''}".rstrip(": ")
+        """``monot5, cross-encoder: pairs per forward pass``; ``MODEL, pathways:MODEL: ...`` for entries named so."""
+        return f"{', '.join(self.spelt or self.entries)}: {self.field.description or ''}".rstrip(": ")
+
+
+def spelling(entry: Any) -> str:
+    """How a user names ``entry``: the first word of its ``usage`` (``MODEL``, ``pathways:MODEL``, ``file:PATH``) for
+    an entry not named as it is (:func:`apcir.registry.syntax_of`), else its name."""
+    usage = str(getattr(entry, "usage", "") or "").split()
+    return usage[0] if syntax_of(entry) != "name" and usage else str(entry.name)
 
 
 def options_of(entry: Any) -> type[Options]:
@@ -69,13 +79,14 @@ def options_of(entry: Any) -> type[Options]:
 def option_fields(registry: Registry[Any], where: Callable[[Any], bool] | None = None) -> dict[str, OptionField]:
     """Every option key of the registry's entries (plugins included; those ``where`` accepts), in registry then
     field order."""
-    found: dict[str, tuple[list[str], FieldInfo]] = {}
+    found: dict[str, tuple[list[Any], FieldInfo]] = {}
     for entry in registry:
         if where is not None and not where(entry):
             continue
         for name, field in options_of(entry).model_fields.items():
-            found.setdefault(name, ([], field))[0].append(entry.name)
-    return {name: OptionField(name, tuple(entries), field) for name, (entries, field) in found.items()}
+            found.setdefault(name, ([], field))[0].append(entry)
+    return {name: OptionField(name, tuple(e.name for e in entries), field, tuple(spelling(e) for e in entries))
+            for name, (entries, field) in found.items()}
 
 
 def not_used(registry: Registry[Any], chosen: Sequence[str], keys: Sequence[str],

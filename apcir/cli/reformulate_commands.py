@@ -104,7 +104,7 @@ def reformulate_command(
     ),
     switches: PromptOptions = _PROMPT,
     field_map: list[str] = typer.Option(
-        None, "--map", help="file: apcir_field=file_field pairs, e.g. rewrite=rar_rw,response=rar_rs."
+        None, "--map", help="file:PATH: apcir_field=file_field pairs, e.g. rewrite=rar_rw,response=rar_rs."
     ),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),

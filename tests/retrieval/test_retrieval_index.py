@@ -13,13 +13,13 @@ import scipy.sparse as sp
 pytest.importorskip("sentence_transformers")
 
 from apcir import datasets
+from apcir.contract.runs import write_run
 from apcir.errors import ApcirError
 from apcir.retrieval import build_index, index_status, open_index
+from apcir.retrieval.core import ListRetrieval
 from apcir.retrieval.embedded import array_path, load_embedded, search_matrix
 from apcir.retrieval.encoder import SpladeEncoder
 from apcir.retrieval.lucene import QUANTIZATION_SCALE, quantize
-from apcir.contract.runs import write_run
-from apcir.retrieval.core import ListRetrieval
 
 
 @pytest.fixture(scope="module")

@@ -25,10 +25,10 @@ from apcir.contract.layout import RunLayout
 from apcir.contract.reformulations import LIST_NAMES, load_reformulations
 from apcir.contract.runs import load_run, ranking
 from apcir.retrieval import build_index, open_index
+from apcir.retrieval.core import list_queries
 from apcir.retrieval.embedded import load_embedded
 from apcir.retrieval.encoder import SpladeEncoder
 from apcir.retrieval.pisa import PISA_DIR, RUNS
-from apcir.retrieval.core import list_queries
 from apcir.retrieval.vectors import quantize
 
 
