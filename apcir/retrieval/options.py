@@ -55,6 +55,15 @@ class EmbeddedOptions(BackendOptions):
         "its manifest")
 
 
+class DenseOptions(BackendOptions):
+    """``dense`` and ``dense-faiss``: exact inner products over the bi-encoder's embeddings; no key of their own."""
+
+
+class MilvusOptions(BackendOptions):
+    """``milvus`` and ``milvus-dense``: the location is the index (``milvus:PATH.db``, ``milvus://HOST:PORT/NAME``);
+    no key of their own."""
+
+
 class BM25Options(BackendOptions):
     """BM25's parameters, applied when searching (Lucene keeps term frequencies and lengths, not scores)."""
 

@@ -34,8 +34,10 @@ from apcir.registry import Registry, call_ref
 from apcir.retrieval.options import (
     BackendOptions,
     BM25Options,
+    DenseOptions,
     EmbeddedOptions,
     ImpactOptions,
+    MilvusOptions,
     PisaOptions,
     PyTerrierOptions,
 )
@@ -164,9 +166,9 @@ class BackendSpec:
         return self.options.model_validate(values)
 
     def call_with(self, which: Literal["build", "open"], options: Options, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`call`, handing ``options=`` to a backend that declares options (one that declares none is called
-        as before, so a plugin's functions need not take them)."""
-        if self.options is not Options:
+        """:meth:`call`, handing ``options=`` to a backend whose options have keys (one with none is called as
+        before, so a plugin's functions need not take them)."""
+        if self.options.model_fields:
             kwargs["options"] = options
         return self.call(which, *args, **kwargs)
 
@@ -216,20 +218,21 @@ BARE_LUCENE = "lucene-bm25"
 _builtin("dense", "exact inner-product search over bi-encoder embeddings (ANCE, ...) in memory (numpy); small "
          "collections",
          "dense", "dense", "write_dense_index", "open_dense_index",
-         "numpy at search time (plus the encoder for queries)")
+         "numpy at search time (plus the encoder for queries)", options=DenseOptions)
 _builtin("dense-faiss", "bi-encoder embeddings in a FAISS IndexFlatIP (files `index` + `docid`: pyserini's "
          "FaissSearcher opens it too)",
          "dense", "dense", "write_faiss_index", "open_faiss_index",
-         "faiss-cpu (in the full extra)")
+         "faiss-cpu (in the full extra)", options=DenseOptions)
 _builtin("milvus", "SPLADE in Milvus (SPARSE_INVERTED_INDEX, exact): embedded Milvus Lite (index = milvus:PATH.db) "
          "or a server or cluster (milvus://HOST:PORT/COLLECTION)",
          "splade", "milvus.index", "write_sparse", "open_sparse",
          "pymilvus, and milvus-lite for a local .db (the milvus extra); a server: Milvus 2.4 or later",
-         remote="apcir.retrieval.milvus.collection")
+         remote="apcir.retrieval.milvus.collection", options=MilvusOptions)
 _builtin("milvus-dense", "bi-encoder embeddings in Milvus (FLAT index, exact inner product), Lite or a cluster as "
          "`milvus`",
          "dense", "milvus.index", "write_dense", "open_dense",
-         "pymilvus (+ milvus-lite); a server: Milvus 2.3 or later", remote="apcir.retrieval.milvus.collection")
+         "pymilvus (+ milvus-lite); a server: Milvus 2.3 or later", remote="apcir.retrieval.milvus.collection",
+         options=MilvusOptions)
 _builtin("pisa", "SPLADE over a PISA index of quantised impacts (pyterrier-pisa; no Java): exact top k of the "
          "quantised scores with a rank-safe query algorithm",
          "splade", "pisa", "write_index", "open_index",

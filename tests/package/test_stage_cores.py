@@ -112,3 +112,24 @@ def test_the_per_turn_pipeline_does_not_stand_on_the_all_turns_runner():
     assert not [name for name, value in vars(pipeline).items() if callable(value) and name.endswith("weights")
                 and getattr(value, "__module__", "") == pipeline.__name__]
     assert weights.resolve_weights.__module__ == "apcir.experiment.weights"
+
+
+def test_every_built_in_entry_declares_its_own_options_model():
+    """Reformulators, responders, re-rankers, nugget matchers and backends: each built-in entry names an options
+    model of its own (an empty one where it reads no key), declared in the stage's package, not the shared base."""
+    from apcir.evaluation.nuggets.registry import MATCHERS
+    from apcir.options import Options, options_of
+    from apcir.reformulation.registry import REFORMULATORS
+    from apcir.reranking.registry import RERANKERS
+    from apcir.responses.registry import RESPONDERS
+    from apcir.retrieval.registry import BACKENDS
+
+    lacking = []
+    for registry, package in ((REFORMULATORS, "apcir.reformulation"), (RESPONDERS, "apcir.responses"),
+                              (RERANKERS, "apcir.reranking"), (MATCHERS, "apcir.evaluation.nuggets"),
+                              (BACKENDS, "apcir.retrieval")):
+        for entry in registry:
+            model = options_of(entry)
+            if model is Options or not model.__module__.startswith(package + "."):
+                lacking.append(f"{registry.concept} {entry.name}: {model.__module__}.{model.__name__}")
+    assert lacking == []
