@@ -144,7 +144,8 @@ def small(tmp_path_factory):
 
 # Modules that test against a real server installed by `make setup`/`make test`, and the variable under which
 # (`.ci/run` sets each to 1) such a module must run: skipping it is then a failure.
-REQUIRED = {"test_local_llm": "APCIR_REQUIRE_LOCAL_LLM", "test_retrieval_milvus_server": "APCIR_REQUIRE_MILVUS_SERVER"}
+REQUIRED = {"test_local_llm": "APCIR_REQUIRE_LOCAL_LLM", "test_front_doors_turns": "APCIR_REQUIRE_LOCAL_LLM",
+            "test_retrieval_milvus_server": "APCIR_REQUIRE_MILVUS_SERVER"}
 
 
 @pytest.hookimpl(hookwrapper=True)
