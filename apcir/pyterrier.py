@@ -139,7 +139,8 @@ class Answer(pt.Transformer):  # type: ignore[misc]
     """A whole turn as ``apcir converse`` and ``apcir run`` answer it, from an experiment config (a file, a bundled
     config's name or a dict): the per-turn pipeline (:mod:`apcir.experiment.turns`: reformulation, the three lists,
     level-weighted fusion, the submitted re-rankers, the response). Queries in; the final ranking out (``qid``,
-    ``docno``, ``score``, ``rank``), with each turn's ``level`` and its ``answer`` (the response's text)."""
+    ``docno``, ``score``, ``rank``), with each turn's ``level``, its ``answer`` (the response's text) and
+    ``ptkb_used`` (the ids of the PTKB statements it relied on, a list)."""
 
     def __init__(self, config: str | Path | Mapping[str, Any], *, topics: str | Path | Sequence[Turn] | None = None,
                  out: str | Path | None = None, **overrides: Any):
@@ -150,15 +151,19 @@ class Answer(pt.Transformer):  # type: ignore[misc]
 
     def transform_outputs(self, columns: list[str]) -> list[str]:
         _require(columns, ["qid"], self)
-        return list(dict.fromkeys(["qid", "docno", "score", "rank", *columns, "level", "answer"]))
+        return list(dict.fromkeys(["qid", "docno", "score", "rank", *columns, "level", "answer", "ptkb_used"]))
 
     def transform(self, queries: pd.DataFrame) -> pd.DataFrame:
         known = self._reformulate._known()
         turns = [known[str(row["qid"])] if str(row["qid"]) in known else _turn_from_row(row)
                  for row in queries.to_dict("records")]
         answers = self.experiment.answer(turns, out=self.out)
-        frames = [frame_of({qid: done.ranking}, queries[queries["qid"].astype(str) == qid],
-                           {"level": done.level, "answer": done.text}) for qid, done in answers.items()]
+        frames = []
+        for qid, done in answers.items():
+            frame = frame_of({qid: done.ranking}, queries[queries["qid"].astype(str) == qid],
+                             {"level": done.level, "answer": done.text})
+            frame["ptkb_used"] = pd.Series([list(done.ptkb_used)] * len(frame), index=frame.index, dtype=object)
+            frames.append(frame)
         return pd.concat(frames, ignore_index=True) if frames else frame_of({}, None)
 
 

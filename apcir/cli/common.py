@@ -337,3 +337,19 @@ def entry_options(registry: Any, skip: Sequence[str] = ()) -> Callable[[Callable
         return EntryOptions(command, registry, skip)
 
     return decorate
+
+
+def reformulation_records(path: Path | None, turns: Sequence[Any]) -> dict[str, Any]:
+    """The records of a reformulations JSONL for ``turns``, read as ``apcir run`` reads its own: a failed or missing
+    turn is searched with its utterance at level a (said in a warning), statement ids the profile lacks are warned
+    about. No file: no record."""
+    if path is None:
+        return {}
+    from apcir.contract.reformulations import filled_records, load_reformulations
+
+    return filled_records(load_reformulations(path), turns, str(path))
+
+
+TOPICS_FOR_QUERIES = ("With a reformulations JSONL: the topics it reformulates (bundled name or file); a turn whose "
+                      "reformulation failed or is missing is then searched with its utterance at level a, as apcir "
+                      "run does (without: it is skipped).")

@@ -10,7 +10,17 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from apcir.cli.common import console, entry_options, err_console, llm_options, llm_values, print_json, settings
+from apcir.cli.common import (
+    TOPICS_FOR_QUERIES,
+    console,
+    entry_options,
+    err_console,
+    llm_options,
+    llm_values,
+    print_json,
+    reformulation_records,
+    settings,
+)
 from apcir.contract.reformulations import LIST_NAMES
 from apcir.contract.runs import read_run_file, write_run
 from apcir.errors import ApcirError
@@ -32,6 +42,7 @@ def rerank_command(
     field: str | None = typer.Option(
         None, "--field", "-f", help=f"For a reformulations JSONL: the query, {' | '.join(LIST_NAMES)} (default rewrite)."
     ),
+    topics: str | None = typer.Option(None, "--topics", "-t", help=TOPICS_FOR_QUERIES),
     collection: str = typer.Option(
         ..., "--collection", "-c", help="Collection with the passage texts: bundled name or JSONL (either layout)."
     ),
@@ -66,17 +77,27 @@ def rerank_command(
                          "re-ranker)")
     check_writable(out, "run file")
     collection_file = collection_path(collection)
-    refuse_inputs_as_outputs([out], [run, queries, collection_file, given.get("prices"), given.get("cache_dir")])
-    query_set = load_queries(queries, chosen.field if is_jsonl(queries) else field)
-    for turn, reason in query_set.skipped.items():
-        err_console.print(f"[yellow]warning:[/] turn {turn} has no query: {reason}", highlight=False)
+    refuse_inputs_as_outputs([out], [run, queries, topics, collection_file, given.get("prices"),
+                                     given.get("cache_dir")])
+    if topics is not None and not is_jsonl(queries):
+        raise ApcirError("--topics goes with a reformulations JSONL as --queries (a TSV's turns are its own)")
     run_file = read_run_file(run)
+    if topics is not None and is_jsonl(queries):
+        from apcir import datasets
+        from apcir.reranking.stage import record_queries
+
+        chosen_turns = [t for t in datasets.topics(topics) if t.turn_id in run_file.run]
+        asked = record_queries(reformulation_records(queries, chosen_turns), chosen.field)
+    else:
+        query_set = load_queries(queries, chosen.field if is_jsonl(queries) else field)
+        for turn, reason in query_set.skipped.items():
+            err_console.print(f"[yellow]warning:[/] turn {turn} has no query: {reason}", highlight=False)
+        asked = {t: query_text(q) for t, q in query_set.queries.items()}
     for problem in run_file.problems:
         err_console.print(f"[yellow]warning:[/] {run}: {problem}", highlight=False)
     started = time.perf_counter()
     texts = lambda ids: store_for(collection_file).texts(ids)  # noqa: E731 - read only when there is a run
-    reranked, summary = Reranking(chosen, texts, not no_progress).with_summary(
-        run_file.run, {t: query_text(q) for t, q in query_set.queries.items()})
+    reranked, summary = Reranking(chosen, texts, not no_progress).with_summary(run_file.run, asked)
     summary.seconds = round(time.perf_counter() - started, 3)
     default_tag = f"{run_file.tag or 'run'}+{chosen.label}"
     write_run(reranked, out, tag=tag or default_tag)

@@ -15,9 +15,9 @@ from apcir.cli.common import (
     finish_batch,
     llm_options,
     print_batch_summary,
+    reformulation_records,
     settings,
 )
-from apcir.contract.reformulations import load_reformulations, reformulation_statements, warn_unknown_statements
 from apcir.contract.runs import read_run_file
 from apcir.errors import ApcirError
 from apcir.io import check_writable, refuse_inputs_as_outputs
@@ -81,8 +81,7 @@ def rank_ptkb_command(
     refuse_inputs_as_outputs([out], [topics, reformulations], folders=[index, *(index_dependencies(index) if index
                                                                                    else [])])
     selected = datasets.select_turns(topics, turns)
-    records = load_reformulations(reformulations) if reformulations else {}
-    warn_unknown_statements(selected, reformulation_statements(records), str(reformulations))
+    records = reformulation_records(reformulations, selected)
     chosen, kind = index_encoder(index) if index is not None else (encoder, None)
     ranked, how = rank_by(method, selected, records, chosen, kind, dtype)  # type: ignore[arg-type]
     write_ptkb_run(ranked, out, tag=tag)
@@ -136,12 +135,11 @@ def respond_command(
     run_file = read_run_file(run) if run is not None else None
     if run_file is not None:
         check_run_turns(run_file.run, selected)
-    records = load_reformulations(reformulations) if reformulations else {}
-    warn_unknown_statements(selected, reformulation_statements(records), str(reformulations))
+    records = reformulation_records(reformulations, selected)
     ranked = load_ptkb_run(ptkb_run, selected) if ptkb_run else None  # None: ptkb_used first, then BM25
     responding = Responding(chosen, out, texts=lambda ids: datasets.passage_texts(
         datasets.collection_path(collection), ids) if collection is not None else {}, progress=not no_progress)
-    summary = responding.make(responding.jobs(selected, records, run_file.run if run_file is not None else None,
+    summary = responding.answer(responding.jobs(selected, records, run_file.run if run_file is not None else None,
                                               ranked), refresh=refresh)
     from apcir.responses.pathways import trace_path
 

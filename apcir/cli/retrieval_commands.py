@@ -9,7 +9,16 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from apcir.cli.common import checked, console, entry_options, err_console, print_json, settings
+from apcir.cli.common import (
+    TOPICS_FOR_QUERIES,
+    checked,
+    console,
+    entry_options,
+    err_console,
+    print_json,
+    reformulation_records,
+    settings,
+)
 from apcir.contract.reformulations import LIST_NAMES
 from apcir.errors import ApcirError
 from apcir.io import check_writable, check_writable_dir, refuse_inputs_as_outputs, refuse_inputs_inside
@@ -208,6 +217,7 @@ def retrieve_command(
         None, "--field", "-f",
         help=f"For a reformulations JSONL: {' | '.join(LIST_NAMES)}, or several comma-separated (one run each).",
     ),
+    topics: str | None = typer.Option(None, "--topics", "-t", help=TOPICS_FOR_QUERIES),
     k: int = typer.Option(1000, "--k", "-k", min=1, help="Depth: passages per turn."),
     out: Path = typer.Option(
         ..., "--out", "-o", help="TREC run file to write; with several fields, a directory (FIELD.run inside) "
@@ -235,7 +245,7 @@ def retrieve_command(
     from apcir.contract.runs import write_run
     from apcir.retrieval.backends import open_index
     from apcir.retrieval.core import ListRetrieval
-    from apcir.retrieval.queries import load_queries
+    from apcir.retrieval.queries import is_jsonl, load_queries
     from apcir.retrieval.settings import check_encoder
 
     checked("--backend", BACKENDS.validate, backend_name)
@@ -270,8 +280,21 @@ def retrieve_command(
         return
     assert queries is not None
     fields = [f.strip() for f in field.split(",") if f.strip()] if field else [None]
-    query_sets = {f: load_queries(queries, f) for f in fields}
-    skipped = next(iter(query_sets.values())).skipped
+    if topics is not None:
+        if not is_jsonl(queries):
+            raise ApcirError("--topics goes with a reformulations JSONL as --queries (a TSV's turns are its own)")
+        from apcir import datasets
+        from apcir.retrieval.core import list_queries
+
+        for f in fields:
+            load_queries(queries, f)  # the same checks of the file and the field
+        records = reformulation_records(queries, datasets.topics(topics))
+        asked = {f: list_queries(records, f or LIST_NAMES[0]) for f in fields}
+        skipped: dict[str, str] = {}
+    else:
+        query_sets = {f: load_queries(queries, f) for f in fields}
+        asked = {f: qs.queries for f, qs in query_sets.items()}
+        skipped = next(iter(query_sets.values())).skipped
     for turn, reason in skipped.items():
         err_console.print(f"[yellow]warning:[/] turn {turn} skipped: {reason}", highlight=False)
     keys = {f: (f or "run") for f in fields}
@@ -286,11 +309,12 @@ def retrieve_command(
         tags = {keys[f]: f"{tag}-{keys[f]}" for f in fields}
     for path in outs.values():
         check_writable(path, "run file")
-    refuse_inputs_as_outputs(outs.values(), [queries, *index_dependencies(index)], folders=[index_folder(index)])
+    refuse_inputs_as_outputs(outs.values(), [queries, topics, *index_dependencies(index)],
+                             folders=[index_folder(index)])
     backend = open_index(index, _query_encoder(encoder, backend_name, own), device=device, threads=threads,
                          backend=backend_name, dtype=dtype, options=own)
     started = time.perf_counter()
-    runs = ListRetrieval(backend, k, progress=True).search({keys[f]: qs.queries for f, qs in query_sets.items()})
+    runs = ListRetrieval(backend, k, progress=True).search({keys[f]: asked[f] for f in fields})
     seconds = time.perf_counter() - started
     for key, path in outs.items():
         run = runs[key]

@@ -17,8 +17,9 @@ def load_levels(path: str | Path) -> dict[str, str]:
     """``turn_id -> level`` from ``turn_id<TAB>level`` lines or a reformulations ``.jsonl``.
 
     A JSONL file is read with :func:`apcir.contract.reformulations.load_reformulations`;
-    a failed record has no level and is an error naming the turns (the fusion
-    cannot pick weights for them). In a TSV, blank lines and lines starting
+    a failed record has no level: its turn is left out, and the fusion then names it among the turns without a
+    level (``--missing-level a`` fuses it at level a, as ``apcir run`` fuses a turn whose reformulation failed).
+    A file of failed records only is an error. In a TSV, blank lines and lines starting
     with ``#`` are skipped, and a header line ``turn_id<TAB>level`` is allowed.
     """
     path = Path(path)
@@ -31,15 +32,13 @@ def load_levels(path: str | Path) -> dict[str, str]:
 
 def _from_reformulations(path: Path) -> dict[str, str]:
     records = load_reformulations(path)
-    failed = sorted(t for t, r in records.items() if r.output is None)
-    if failed:
-        listed = shown(failed)
-        raise ApcirError(
-            f"{len(failed)} turn(s) have a failed reformulation and no level: {listed}", path=path
-        )
     if not records:
         raise ApcirError("no reformulation records", path=path)
-    return {t: r.output.level for t, r in records.items() if r.output is not None}
+    levels: dict[str, str] = {t: r.output.level for t, r in records.items() if r.output is not None}
+    if not levels:
+        raise ApcirError(f"every one of the {len(records)} reformulations failed: no turn has a level, e.g. "
+                         f"{shown(sorted(records))}", path=path)
+    return levels
 
 
 def _from_tsv(path: Path) -> dict[str, str]:

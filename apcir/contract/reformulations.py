@@ -178,10 +178,11 @@ def reformulation_statements(records: Mapping[str, ReformulationRecord]) -> dict
     return {t: list(r.output.ptkb_used) for t, r in records.items() if r.output is not None}
 
 
-def filled_records(records: Mapping[str, ReformulationRecord], turns: Sequence[Turn], label: str,
+def filled_records(records: Mapping[str, ReformulationRecord], turns: Sequence[Turn],
                    source: str) -> dict[str, ReformulationRecord]:
-    """A record for every turn of ``turns``: failed or missing ones searched with their raw utterance at level a
-    (said in a warning naming ``label``), statement ids the profile lacks warned about (naming ``source``)."""
+    """A record for every turn of ``turns``, as every stage reads them: failed or missing ones searched with their
+    raw utterance at level a (said in one warning, the same words from every front door), statement ids the profile
+    lacks warned about (naming ``source``)."""
     from apcir.console import shown, warn
 
     chosen = list(turns)
@@ -189,6 +190,6 @@ def filled_records(records: Mapping[str, ReformulationRecord], turns: Sequence[T
     warn_unknown_statements(chosen, reformulation_statements(filled), source)
     fallen = sorted(t for t, r in filled.items() if r.status == "failed")
     if fallen:
-        warn(f"{len(fallen)} turn(s) have no reformulation ({label}) and are searched with their raw utterance at "
-             f"level a: {shown(fallen)}")
+        warn(f"{len(fallen)} turn(s) have no reformulation and are searched with their raw utterance at level a: "
+             f"{shown(fallen)}")
     return filled

@@ -48,7 +48,7 @@ class Reformulation:
     def records(self, turns: Sequence[Turn]) -> dict[str, ReformulationRecord]:
         """The log's records of ``turns``, every turn given one (:func:`filled_records`)."""
         kept = self.log.records(t.turn_id for t in turns)
-        return filled_records(kept, turns, self.label, f"{self.label} ({self.out.name})")
+        return filled_records(kept, turns, f"{self.label} ({self.out.name})")
 
     def __call__(self, turns: Sequence[Turn]) -> dict[str, ReformulationRecord]:
         self.make(turns)

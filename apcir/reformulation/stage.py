@@ -149,4 +149,4 @@ class ReformulateStage(Stage):
     def records(self) -> dict[str, ReformulationRecord]:
         """Records for every turn, after the stage ran (:func:`~apcir.contract.reformulations.filled_records`, as
         :meth:`apcir.reformulation.core.Reformulation.records` gives them)."""
-        return filled_records(load_reformulations(self.out), self.turns, self.label, f"{self.label} ({self.out.name})")
+        return filled_records(load_reformulations(self.out), self.turns, f"{self.label} ({self.out.name})")

@@ -96,11 +96,11 @@ class Responding:
         return respond(jobs, self.settings, self.out, refresh=refresh, progress=self.progress,
                        redo_stale=self.redo_stale, log=self.log)
 
-    def answer(self, jobs: list[ResponseJob]) -> RespondSummary:
-        """:meth:`make`, saying which turns have no response."""
+    def answer(self, jobs: list[ResponseJob], *, refresh: bool = False) -> RespondSummary:
+        """:meth:`make`, saying which turns have no response (the same words from every front door)."""
         from apcir.responses.stage import warn_unanswered
 
-        summary = self.make(jobs)
+        summary = self.make(jobs, refresh=refresh)
         warn_unanswered(summary)
         return summary
 
