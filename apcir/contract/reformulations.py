@@ -189,7 +189,11 @@ def filled_records(records: Mapping[str, ReformulationRecord], turns: Sequence[T
     filled = with_fallbacks(records, chosen)
     warn_unknown_statements(chosen, reformulation_statements(filled), source)
     fallen = sorted(t for t, r in filled.items() if r.status == "failed")
-    if fallen:
+    if records and chosen and not any(t.turn_id in records for t in chosen):
+        warn(f"none of the {len(chosen)} topic turn(s) has a record in the reformulations given ({len(records)} "
+             f"records, e.g. {next(iter(records))}): are they for these topics? Every turn is searched with its raw "
+             "utterance at level a")
+    elif fallen:
         warn(f"{len(fallen)} turn(s) have no reformulation and are searched with their raw utterance at level a: "
              f"{shown(fallen)}")
     return filled

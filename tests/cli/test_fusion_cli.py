@@ -242,6 +242,8 @@ def test_levels_from_reformulations_jsonl(tmp_path):
     path.write_text("\n".join(json.dumps(line) for line in lines[:1]) + "\n")
     assert load_levels(path) == {"9-1_3": "c"}
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    assert load_levels(path) == {"9-1_3": "c"}  # a failed record has no level: the fusion's --missing-level gives one
+    path.write_text(json.dumps(lines[1]) + "\n")
     with pytest.raises(ApcirError, match="9-1_4"):
         load_levels(path)
 

@@ -80,6 +80,26 @@ def test_retrieve_from_reformulations_jsonl(run_cli, small_index, tmp_path):
                                    "rewrite,third", "--out", str(tmp_path / "pattern-{field}.trec"))
     assert code == 0, stderr
     assert (tmp_path / "pattern-third.trec").exists() and (tmp_path / "pattern-rewrite.trec").exists()
+    # with the topics, as apcir run reads its reformulations: the failed turn is searched with its utterance
+    topics = tmp_path / "topics.json"
+    chosen = [t for t in datasets.topics("ikat23-test") if t.turn_id in {"9-1_3", "9-1_4"}]
+    topics.write_text(json.dumps([{"number": "9-1", "ptkb": chosen[0].ptkb, "turns": [
+        {"turn_id": t.turn_number, "utterance": t.utterance} for t in chosen]}]))
+    code, stdout, stderr = run_cli("retrieve", "--index", str(index), "--queries", str(path), "--topics", str(topics),
+                                   "--field", "rewrite", "--out", str(tmp_path / "filled.run"))
+    assert code == 0, stderr
+    assert "1 turn(s) have no reformulation and are searched with their raw utterance at level a: 9-1_4" in \
+        " ".join(stderr.split())
+    filled = load_run(tmp_path / "filled.run")
+    assert set(filled) == {"9-1_3", "9-1_4"} and filled["9-1_3"] == load_run(tmp_path / "lists" / "rewrite.run")["9-1_3"]
+    utterance = tmp_path / "utterance.tsv"
+    utterance.write_text(f"9-1_4\t{chosen[1].utterance}\n")
+    assert run_cli("retrieve", "--index", str(index), "--queries", str(utterance), "--out",
+                   str(tmp_path / "u.run"))[0] == 0
+    assert filled["9-1_4"] == load_run(tmp_path / "u.run")["9-1_4"]
+    code, _, stderr = run_cli("retrieve", "--index", str(index), "--queries", str(utterance), "--topics", str(topics),
+                              "--out", str(tmp_path / "x.run"))
+    assert code == 2 and "--topics goes with a reformulations JSONL" in stderr
 
 
 @pytest.mark.parametrize(
