@@ -216,23 +216,21 @@ _builtin("lucene-bm25", "BM25 (bm25_k1 0.9, bm25_b 0.4 by default) over a Lucene
 BARE_LUCENE = "lucene-bm25"
 """The backend a Lucene index apcir did not build opens as, unless another is named."""
 _builtin("dense", "exact inner-product search over bi-encoder embeddings (ANCE, ...) in memory (numpy); small "
-         "collections",
-         "dense", "dense", "write_dense_index", "open_dense_index",
+         "collections", "dense", "dense", "write_dense_index", "open_dense_index",
          "numpy at search time (plus the encoder for queries)", options=DenseOptions)
 _builtin("dense-faiss", "bi-encoder embeddings in a FAISS IndexFlatIP (files `index` + `docid`: pyserini's "
-         "FaissSearcher opens it too)",
-         "dense", "dense", "write_faiss_index", "open_faiss_index",
+         "FaissSearcher opens it too)", "dense", "dense", "write_faiss_index", "open_faiss_index",
          "faiss-cpu (in the full extra)", options=DenseOptions)
-_builtin("milvus", "SPLADE in Milvus (SPARSE_INVERTED_INDEX, exact): embedded Milvus Lite (index = milvus:PATH.db) "
-         "or a server or cluster (milvus://HOST:PORT/COLLECTION)",
-         "splade", "milvus.index", "write_sparse", "open_sparse",
-         "pymilvus, and milvus-lite for a local .db (the milvus extra); a server: Milvus 2.4 or later",
-         remote="apcir.retrieval.milvus.collection", options=MilvusOptions)
-_builtin("milvus-dense", "bi-encoder embeddings in Milvus (FLAT index, exact inner product), Lite or a cluster as "
-         "`milvus`",
-         "dense", "milvus.index", "write_dense", "open_dense",
-         "pymilvus (+ milvus-lite); a server: Milvus 2.3 or later", remote="apcir.retrieval.milvus.collection",
-         options=MilvusOptions)
+MILVUS = "apcir.retrieval.milvus.collection"
+"""Where the Milvus backends' ``prepare``, ``locate`` and ``publish`` live (both backends index into a location)."""
+_MILVUS_BACKENDS: tuple[tuple[str, str, EncoderKind, str, str, str], ...] = (
+        ("milvus", "SPLADE in Milvus (SPARSE_INVERTED_INDEX, exact): embedded Milvus Lite (index = milvus:PATH.db) "
+         "or a server or cluster (milvus://HOST:PORT/COLLECTION)", "splade", "write_sparse", "open_sparse",
+         "pymilvus, and milvus-lite for a local .db (the milvus extra); a server: Milvus 2.4 or later"),
+        ("milvus-dense", "bi-encoder embeddings in Milvus (FLAT index, exact inner product), Lite or a cluster as "
+         "`milvus`", "dense", "write_dense", "open_dense", "pymilvus (+ milvus-lite); a server: Milvus 2.3 or later"))
+for _name, _description, _kind, _build, _open, _needs in _MILVUS_BACKENDS:
+    _builtin(_name, _description, _kind, "milvus.index", _build, _open, _needs, remote=MILVUS, options=MilvusOptions)
 _builtin("pisa", "SPLADE over a PISA index of quantised impacts (pyterrier-pisa; no Java): exact top k of the "
          "quantised scores with a rank-safe query algorithm",
          "splade", "pisa", "write_index", "open_index",
