@@ -151,3 +151,34 @@ def test_rerank_takes_a_precision_from_the_command_line(files, t5, run_cli):
     assert json.loads(out)["passages_reranked"] == 10
     code, _, err = run_cli(*args(files, t5, "--out", str(files / "bad.run"), "--dtype", "half"))
     assert code == 2 and "--dtype 'half'" in err and "'auto', 'float32', 'bfloat16' or 'float16'" in err
+
+
+def test_with_the_topics_a_failed_reformulation_is_reranked_with_the_utterance(files, t5, run_cli):
+    """``--topics``: the reformulations read as apcir run reads them, so a turn whose reformulation failed is asked
+    with its utterance (as a TSV of that utterance asks it) instead of keeping its order; a TSV with --topics is
+    refused."""
+    from apcir import datasets
+
+    records = [json.loads(line) for line in (files / "refs.jsonl").read_text().splitlines()]
+    records[1] = {"turn_id": TURNS[1], "model": "test", "status": "failed", "error": "timeout"}
+    (files / "refs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    common = ["--collection", str(files / "c.jsonl"), "--reranker-model", str(t5), "--device", "cpu", "--depth",
+              "5", "--no-progress"]
+    code, _, err = run_cli("rerank", "--run", str(files / "in.run"), "--queries", str(files / "refs.jsonl"),
+                           "--out", str(files / "kept.run"), *common)
+    assert code == 0 and f"turn {TURNS[1]} has no query" in err
+    code, _, err = run_cli("rerank", "--run", str(files / "in.run"), "--queries", str(files / "refs.jsonl"),
+                           "--topics", "ikat23-test", "--out", str(files / "filled.run"), *common)
+    assert code == 0, err
+    assert f"1 turn(s) have no reformulation and are searched with their raw utterance at level a: {TURNS[1]}" in \
+        " ".join(err.split())
+    utterance = {t.turn_id: t.utterance for t in datasets.topics("ikat23-test")}[TURNS[1]]
+    (files / "u.tsv").write_text(f"{TURNS[1]}\t{utterance}\n")
+    assert run_cli("rerank", "--run", str(files / "in.run"), "--queries", str(files / "u.tsv"), "--out",
+                   str(files / "u.run"), *common)[0] == 0
+    filled, kept = read_run_file(files / "filled.run").run, read_run_file(files / "kept.run").run
+    assert filled[TURNS[1]] == read_run_file(files / "u.run").run[TURNS[1]] != kept[TURNS[1]]
+    assert filled[TURNS[0]] == kept[TURNS[0]]
+    code, _, err = run_cli("rerank", "--run", str(files / "in.run"), "--queries", str(files / "u.tsv"),
+                           "--topics", "ikat23-test", "--out", str(files / "x.run"), *common)
+    assert code == 2 and "--topics goes with a reformulations JSONL" in err
