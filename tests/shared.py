@@ -151,6 +151,17 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
     return DemoRun(root, (root / "first-run.log").read_text())
 
 
+def cli_code(*args: str) -> int:
+    """The apcir command, in-process (output left to pytest's capture); its exit code."""
+    from apcir.cli.main import main
+
+    try:
+        main(list(args))
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
 def reference_pages() -> tuple[str, str]:
     """The configuration and command-line reference pages as docs/gen_reference.py generates them now (with the
     plugins the registries hold at the call)."""

@@ -182,3 +182,8 @@ def test_with_the_topics_a_failed_reformulation_is_reranked_with_the_utterance(f
     code, _, err = run_cli("rerank", "--run", str(files / "in.run"), "--queries", str(files / "u.tsv"),
                            "--topics", "ikat23-test", "--out", str(files / "x.run"), *common)
     assert code == 2 and "--topics goes with a reformulations JSONL" in err
+    topics = files / "topics.json"
+    topics.write_text("[]")
+    code, _, err = run_cli("rerank", "--run", str(files / "in.run"), "--queries", str(files / "refs.jsonl"),
+                           "--topics", str(topics), "--out", str(topics), *common)
+    assert code == 2 and topics.read_text() == "[]", err  # the topics named as the output: refused, kept

@@ -100,6 +100,10 @@ def test_retrieve_from_reformulations_jsonl(run_cli, small_index, tmp_path):
     code, _, stderr = run_cli("retrieve", "--index", str(index), "--queries", str(utterance), "--topics", str(topics),
                               "--out", str(tmp_path / "x.run"))
     assert code == 2 and "--topics goes with a reformulations JSONL" in stderr
+    before = topics.read_bytes()
+    code, _, stderr = run_cli("retrieve", "--index", str(index), "--queries", str(path), "--topics", str(topics),
+                              "--field", "rewrite", "--out", str(topics))
+    assert code == 2 and topics.read_bytes() == before, stderr  # the topics named as the output: refused, kept
 
 
 @pytest.mark.parametrize(

@@ -7,23 +7,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from shared import cli_code
 
 import apcir
 from apcir.contract.runs import ranking
 from apcir.contract.weights import LevelWeights, WeightsFile
 
 CANARY = "front-doors-token-5e1b"
-
-
-def _cli(*args: str) -> int:
-    """The apcir command, in-process; its exit code."""
-    from apcir.cli.main import main
-
-    try:
-        main(list(args))
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +50,7 @@ def by_run(doors):
     from apcir.contract.responses import load_responses
 
     folder, config, turns = doors
-    assert _cli("run", str(config), "--no-progress") == 0
+    assert cli_code("run", str(config), "--no-progress") == 0
     run_dir = folder / "runs"
     submitted = list(run_dir.glob("fused+*.run"))
     assert len(submitted) == 1, "the re-ranked fused run is the one submitted"
@@ -96,7 +86,7 @@ def test_apcir_converse_answers_a_turn_as_apcir_run_does(doors, by_run, tmp_path
     server = SimulationServer(Simulation(lambda: replay_sessions(turns), CANARY, send_ptkb=True)).start()
     monkeypatch.setenv("IKAT_API_TOKEN", CANARY)
     try:
-        code = _cli("converse", str(config), "--api", server.url, "--run-id", "doors", "-o", str(tmp_path / "live"))
+        code = cli_code("converse", str(config), "--api", server.url, "--run-id", "doors", "-o", str(tmp_path / "live"))
     finally:
         server.stop()
     assert code == 0, capsys.readouterr().err

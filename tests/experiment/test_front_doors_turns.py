@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shared import cli_code
 
 import apcir
 from apcir import datasets
@@ -79,17 +80,6 @@ RESPOND = {"top_k": 2, "max_words": 30, "max_tokens": 96}
 RERANK_DEPTH = 5
 STEP = "0.1"
 CONFIGS = ("file", "tune")
-
-
-def _cli(*args: str) -> int:
-    """The apcir command, in-process; its exit code."""
-    from apcir.cli.main import main
-
-    try:
-        main(list(args))
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
 
 
 TURN_ID = re.compile(r"\b\d+-\d+_\d+\b")
@@ -296,7 +286,7 @@ def by_run(setup, source) -> Door:
     config = _config(setup, source)
     started = time.perf_counter()
     with captured_warnings() as said:
-        code = _cli("run", str(config), "--no-progress")
+        code = cli_code("run", str(config), "--no-progress")
     SECONDS[f"apcir run ({source})"] = time.perf_counter() - started
     assert code == 1, f"apcir run ({source}) exited {code}, not 1 (done, {MISSING} failed): {said.errors} {said.lines}"
     run_dir = setup.folder / source / "run"
@@ -396,7 +386,7 @@ def test_the_stage_commands_chained_by_hand_answer_every_turn_as_apcir_run_does(
              setup.server, "--cache-dir", str(setup.cache), "--top-k", str(RESPOND["top_k"]), "--max-words",
              str(RESPOND["max_words"]), "--max-tokens", str(RESPOND["max_tokens"]), "-o",
              str(chain / "responses.jsonl"), "--no-progress"]]
-        codes = [(step[0], _cli(*step)) for step in steps]
+        codes = [(step[0], cli_code(*step)) for step in steps]
     SECONDS[f"stage commands ({source})"] = time.perf_counter() - started
     assert all(code in (0, 1) for _, code in codes), f"stage commands ({source}): exit codes {codes}: {said.errors}; warnings {said.lines}"
     texts, used = _records(chain / "responses.jsonl")
